@@ -1,0 +1,97 @@
+# gdp.c build. `make` builds build/gdp (and the CUDA kernels when nvcc is found);
+# `make test` runs every CPU test; `make test-gpu` the CUDA-vs-CPU tests (GPU machine);
+# `make test-asan` the CPU tests under AddressSanitizer + UBSan; `make test-dist` the 2-rank MPI tests.
+# Variables: BUILD=dir (default build), NO_CUDA=1 (CPU-only build), GPU_ARCH=sm_90, DEBUG=1.
+
+BUILD    ?= build
+GPU_ARCH ?= sm_90
+CC       ?= gcc
+CUDA_HOME ?= $(or $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null)),/usr/local/cuda)
+NVCC     := $(shell command -v nvcc 2>/dev/null || (test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc))
+
+ifeq ($(NO_CUDA),1)
+NVCC :=
+endif
+
+OPT      := $(if $(DEBUG),-O0 -g3,-O2 -g)
+CSTD     := -std=c11 -D_GNU_SOURCE
+WARN     := -Wall -Wextra -Wno-unused-parameter
+INC      := -I.
+HDF5_CFLAGS := $(shell pkg-config --cflags hdf5 2>/dev/null)
+HDF5_LIBS   := $(shell pkg-config --libs hdf5 2>/dev/null)
+MPI_CFLAGS  := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS    := $(shell mpicc --showme:link 2>/dev/null)
+CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
+CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
+
+CFLAGS   += $(CSTD) $(OPT) $(WARN) $(INC) -fopenmp -MMD -MP $(HDF5_CFLAGS) $(MPI_CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS   := $(HDF5_LIBS) $(MPI_LIBS) -fopenmp -lm -lpthread
+
+ifneq ($(NVCC),)
+CFLAGS   += -DGDP_CUDA -I$(CUDA_HOME)/include
+NVCCFLAGS := -std=c++17 -O3 -lineinfo -DGDP_CUDA -I. $(HDF5_CFLAGS) $(MPI_CFLAGS) \
+             -gencode=arch=compute_$(GPU_ARCH:sm_%=%),code=[$(GPU_ARCH),compute_$(GPU_ARCH:sm_%=%)] \
+             -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC -MMD -MP $(EXTRA_NVCCFLAGS)
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++
+CU_SRC   := $(wildcard kernels/*.cu layers/*.cu core/*.cu)
+else
+CU_SRC   :=
+endif
+
+# Library sources: everything except the program's main and the tests.
+C_SRC    := $(wildcard core/*.c core/ops/*.c kernels/*.c layers/*.c data/*.c train/*.c)
+C_SRC    := $(filter-out train/main.c,$(C_SRC))
+ifeq ($(NVCC),)
+C_SRC    := $(filter-out core/cuda_ctx.c,$(C_SRC))
+endif
+OBJ      := $(C_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+GPU_TEST_SRC := $(wildcard tests/gpu/test_*.c)
+GPU_TEST_BIN := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
+
+.PHONY: all test test-gpu test-asan test-dist clean cuda-info
+all: $(BUILD)/gdp
+
+$(BUILD)/libgdpcore.a: $(OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/gdp: $(BUILD)/obj/train/main.o $(BUILD)/libgdpcore.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fPIC -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libgdpcore.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CHECK_CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libgdpcore.a $(CHECK_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(BUILD)/libgdpcore.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libgdpcore.a $(LDLIBS)
+
+# Every CPU test binary runs; the shell tests in tests/cli drive build/gdp as a user would.
+test: $(BUILD)/gdp $(TEST_BIN)
+	@BUILD=$(BUILD) sh tests/run_all.sh $(TEST_BIN)
+
+test-gpu: $(BUILD)/gdp $(GPU_TEST_BIN)
+	@BUILD=$(BUILD) sh tests/run_gpu.sh $(GPU_TEST_BIN)
+
+test-asan:
+	$(MAKE) BUILD=build-asan NO_CUDA=1 EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	    LDFLAGS="-fsanitize=address,undefined" test
+
+test-dist: $(BUILD)/gdp
+	@BUILD=$(BUILD) sh tests/run_dist.sh
+
+clean:
+	rm -rf $(BUILD) build-asan
+
+-include $(OBJ:.o=.d) $(BUILD)/obj/train/main.d

@@ -1,0 +1,44 @@
+#include "core/arena.h"
+
+#include "core/common.h"
+
+void arena_init(Arena *a, const char *name, Device dev, size_t capacity, const char *hint) {
+    memset(a, 0, sizeof(*a));
+    a->name = name;
+    a->hint = hint ? hint : "raise the arena size";
+    a->device = dev;
+    a->capacity = capacity;
+    a->base = capacity ? (unsigned char *)device_malloc(dev, capacity) : NULL;
+}
+
+void arena_release(Arena *a) {
+    if (a->base) device_free(a->device, a->base);
+    a->base = NULL;
+    a->capacity = a->used = 0;
+}
+
+void *arena_alloc(Arena *a, size_t bytes) {
+    size_t start = CEIL_DIV(a->used, (size_t)ARENA_ALIGN) * ARENA_ALIGN;
+    if (start + bytes > a->capacity || start + bytes < start) {
+        double kib = 1.0 / 1024;
+        gdp_fatal("arena '%s' (%s) is exhausted: %.1f KiB needed, %.1f KiB in use, capacity %.1f KiB; %s", a->name,
+                  device_name(a->device), (double)bytes * kib, (double)a->used * kib, (double)a->capacity * kib,
+                  a->hint);
+    }
+    a->used = start + bytes;
+    if (a->used > a->high_water) a->high_water = a->used;
+    return a->base + start;
+}
+
+void *arena_alloc_zeroed(Arena *a, size_t bytes) {
+    GDP_CHECK(a->device == DEV_CPU, "arena_alloc_zeroed on '%s': only host arenas can be zero-filled here",
+              a->name);
+    void *p = arena_alloc(a, bytes);
+    memset(p, 0, bytes);
+    return p;
+}
+
+void arena_rewind(Arena *a, size_t mark) {
+    GDP_CHECK(mark <= a->used, "arena '%s': rewind to %zu beyond the current use %zu", a->name, mark, a->used);
+    a->used = mark;
+}

@@ -1,0 +1,109 @@
+#include "core/device.h"
+
+#include "core/common.h"
+
+#ifdef GDP_CUDA
+#include "core/cuda_check.h"
+#endif
+
+bool gdp_built_with_cuda(void) {
+#ifdef GDP_CUDA
+    return true;
+#else
+    return false;
+#endif
+}
+
+bool gdp_cuda_available(void) {
+#ifdef GDP_CUDA
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return n > 0;
+#else
+    return false;
+#endif
+}
+
+Device device_parse(const char *text, const char *flag_name) {
+    if (!strcmp(text, "cpu")) return DEV_CPU;
+    if (!strcmp(text, "cuda") || !strcmp(text, "gpu")) {
+        if (!gdp_built_with_cuda())
+            gdp_fatal("%s cuda: this build of gdp has no CUDA support (nvcc was not found at build time); "
+                      "use %s cpu or rebuild with the CUDA toolkit installed",
+                      flag_name, flag_name);
+        if (!gdp_cuda_available())
+            gdp_fatal("%s cuda: no CUDA GPU is visible on this machine; use %s cpu", flag_name, flag_name);
+        return DEV_CUDA;
+    }
+    if (!strcmp(text, "auto")) return gdp_cuda_available() ? DEV_CUDA : DEV_CPU;
+    gdp_fatal("%s '%s' is not a device: use cpu, cuda or auto", flag_name, text);
+}
+
+void *device_malloc(Device dev, size_t bytes) {
+    if (bytes == 0) bytes = 1;
+    if (dev == DEV_CPU) {
+        void *p = NULL;
+        if (posix_memalign(&p, 256, bytes) != 0 || !p)
+            gdp_fatal("out of host memory allocating %zu MiB", bytes >> 20);
+        return p;
+    }
+#ifdef GDP_CUDA
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes);
+    if (err != cudaSuccess)
+        gdp_fatal("cudaMalloc of %zu MiB failed: %s; lower the batch size or the arena sizes", bytes >> 20,
+                  cudaGetErrorString(err));
+    return p;
+#else
+    gdp_fatal("device_malloc on cuda: this build has no CUDA support");
+#endif
+}
+
+void device_free(Device dev, void *p) {
+    if (!p) return;
+    if (dev == DEV_CPU) {
+        free(p);
+        return;
+    }
+#ifdef GDP_CUDA
+    CUDA_CHECK(cudaFree(p));
+#endif
+}
+
+void device_memcpy(void *dst, Device dst_dev, const void *src, Device src_dev, size_t bytes) {
+    if (bytes == 0) return;
+    if (dst_dev == DEV_CPU && src_dev == DEV_CPU) {
+        memmove(dst, src, bytes);
+        return;
+    }
+#ifdef GDP_CUDA
+    enum cudaMemcpyKind kind = dst_dev == DEV_CUDA ? (src_dev == DEV_CUDA ? cudaMemcpyDeviceToDevice
+                                                                          : cudaMemcpyHostToDevice)
+                                                   : cudaMemcpyDeviceToHost;
+    CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
+#else
+    gdp_fatal("device_memcpy involving cuda: this build has no CUDA support");
+#endif
+}
+
+void device_memset(Device dev, void *p, int byte, size_t bytes) {
+    if (bytes == 0) return;
+    if (dev == DEV_CPU) {
+        memset(p, byte, bytes);
+        return;
+    }
+#ifdef GDP_CUDA
+    CUDA_CHECK(cudaMemset(p, byte, bytes));
+#endif
+}
+
+void device_synchronize(Device dev) {
+#ifdef GDP_CUDA
+    if (dev == DEV_CUDA) CUDA_CHECK(cudaDeviceSynchronize());
+#else
+    (void)dev;
+#endif
+}

@@ -1,0 +1,25 @@
+/* Where memory lives and how bytes move between host and GPU. The only core file that talks to
+ * the CUDA runtime directly; everything else goes through these calls, so a build without nvcc
+ * (GDP_CUDA undefined) still links and reports "no CUDA" at run time. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum Device { DEV_CPU = 0, DEV_CUDA = 1 } Device;
+
+static inline const char *device_name(Device d) { return d == DEV_CUDA ? "cuda" : "cpu"; }
+
+/* True when this build has CUDA and a GPU is visible. Initialises the CUDA runtime: never call it
+ * in the parent process of forked (Check) tests. */
+bool gdp_cuda_available(void);
+bool gdp_built_with_cuda(void);
+
+/* Parses "cpu", "cuda" or "auto" (cuda when available); fatal error naming the flag otherwise. */
+Device device_parse(const char *text, const char *flag_name);
+
+void *device_malloc(Device dev, size_t bytes);
+void device_free(Device dev, void *p);
+/* Copies between any pair of devices; synchronous with respect to the host. */
+void device_memcpy(void *dst, Device dst_dev, const void *src, Device src_dev, size_t bytes);
+void device_memset(Device dev, void *p, int byte, size_t bytes);
+void device_synchronize(Device dev);

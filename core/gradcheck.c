@@ -1,0 +1,169 @@
+#include "core/gradcheck.h"
+
+#include <math.h>
+
+#include "core/common.h"
+#include "core/ops.h"
+
+double rel_l2(const double *a, const double *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = a[i] - b[i];
+        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
+        num += d * d;
+        den += b[i] * b[i];
+    }
+    if (den < 1e-300) return sqrt(num);
+    return sqrt(num / den);
+}
+
+static bool is_output_of_some_node(const Tape *tape, const Tensor *t) {
+    for (int i = 0; i < tape->n; i++)
+        for (int j = 0; j < tape->nodes[i].n_out; j++)
+            if (tape->nodes[i].out[j] == t) return true;
+    return false;
+}
+
+/* Leaves: node inputs that need a gradient and that no node produced, in first-use order. */
+static int collect_leaves(const Tape *tape, Tensor **leaves, int max) {
+    int n = 0;
+    for (int i = 0; i < tape->n; i++)
+        for (int j = 0; j < tape->nodes[i].n_in; j++) {
+            Tensor *t = tape->nodes[i].in[j];
+            if (!t || !t->requires_grad || is_output_of_some_node(tape, t)) continue;
+            bool seen = false;
+            for (int k = 0; k < n; k++) seen |= leaves[k] == t;
+            if (!seen && n < max) leaves[n++] = t;
+        }
+    return n;
+}
+
+static double *random_weights(int64_t n, uint64_t seed) {
+    Rng rng;
+    rng_seed(&rng, seed ^ 0x5eedULL);
+    double *w = (double *)xmalloc((size_t)n * sizeof(double));
+    for (int64_t i = 0; i < n; i++) w[i] = rng_uniform(&rng) * 2 - 1;
+    return w;
+}
+
+static double weighted_sum(const Tensor *out, const double *w) {
+    double *v = (double *)xmalloc((size_t)out->numel * sizeof(double));
+    tensor_to_doubles(out, v);
+    double s = 0;
+    for (int64_t i = 0; i < out->numel; i++) s += v[i] * w[i];
+    free(v);
+    return s;
+}
+
+static void replay_forward(Ctx *ctx) {
+    for (int i = 0; i < ctx->tape.n; i++) ctx->tape.nodes[i].op->forward(ctx, &ctx->tape.nodes[i]);
+}
+
+static void label_leaf(GradcheckLeaf *l, const Tensor *t, int k) {
+    if (t->name[0])
+        snprintf(l->label, sizeof l->label, "%s", t->name);
+    else
+        snprintf(l->label, sizeof l->label, "input %d", k);
+    l->numel = t->numel;
+}
+
+GradcheckResult gradcheck_fd(GradcheckCaseFn fn, void *user, uint64_t seed, int max_entries) {
+    GradcheckResult r;
+    memset(&r, 0, sizeof r);
+    Ctx *ctx = ctx_create(DEV_CPU, ctx_default_sizes());
+    Tensor *out = fn(ctx, GDP_F64, seed, user);
+    GDP_CHECK(out && out->requires_grad, "gradcheck: the case's output does not depend on any input needing a gradient");
+    double *w = random_weights(out->numel, seed);
+    Tensor *dout = tensor_from_doubles(ctx, LIFE_GRAD, GDP_F64, out->ndim, out->shape, w);
+    tape_backward_seeded(ctx, out, dout);
+    Tensor *leaves[GRADCHECK_MAX_LEAVES];
+    r.n_leaves = collect_leaves(&ctx->tape, leaves, GRADCHECK_MAX_LEAVES);
+    for (int k = 0; k < r.n_leaves; k++) {
+        Tensor *x = leaves[k];
+        label_leaf(&r.leaves[k], x, k);
+        double *ana = (double *)xcalloc((size_t)x->numel, sizeof(double));
+        double *num = (double *)xcalloc((size_t)x->numel, sizeof(double));
+        if (x->grad && x->grad_written) tensor_to_doubles(x->grad, ana);
+        int64_t step = (max_entries > 0 && x->numel > max_entries) ? x->numel / max_entries : 1;
+        int64_t m = 0;
+        double *a_sel = (double *)xmalloc((size_t)x->numel * sizeof(double));
+        for (int64_t i = 0; i < x->numel; i += step) {
+            double x0 = tensor_get_host(x, i);
+            double h = 1e-6 * GDP_MAX(1.0, fabs(x0));
+            tensor_set_host(x, i, x0 + h);
+            replay_forward(ctx);
+            double fp = weighted_sum(out, w);
+            tensor_set_host(x, i, x0 - h);
+            replay_forward(ctx);
+            double fm = weighted_sum(out, w);
+            tensor_set_host(x, i, x0);
+            num[m] = (fp - fm) / (2 * h);
+            a_sel[m] = ana[i];
+            m++;
+        }
+        replay_forward(ctx);
+        r.leaves[k].rel_err = rel_l2(a_sel, num, m);
+        if (r.leaves[k].rel_err > r.worst) r.worst = r.leaves[k].rel_err;
+        free(ana), free(num), free(a_sel);
+    }
+    free(w);
+    ctx_destroy(ctx);
+    return r;
+}
+
+typedef struct RunOut {
+    int n_leaves;
+    double *out;
+    int64_t out_n;
+    double *grads[GRADCHECK_MAX_LEAVES];
+    Tensor leaf_hdr[GRADCHECK_MAX_LEAVES];
+} RunOut;
+
+static RunOut run_case(GradcheckCaseFn fn, void *user, uint64_t seed, Device dev, DType dt) {
+    RunOut ro;
+    memset(&ro, 0, sizeof ro);
+    Ctx *ctx = ctx_create(dev, ctx_default_sizes());
+    Tensor *out = fn(ctx, dt, seed, user);
+    GDP_CHECK(out && out->requires_grad, "gradcheck: the case's output does not depend on any input needing a gradient");
+    ro.out_n = out->numel;
+    ro.out = (double *)xmalloc((size_t)out->numel * sizeof(double));
+    tensor_to_doubles(out, ro.out);
+    double *w = random_weights(out->numel, seed);
+    Tensor *dout = tensor_from_doubles(ctx, LIFE_GRAD, out->dtype, out->ndim, out->shape, w);
+    free(w);
+    tape_backward_seeded(ctx, out, dout);
+    Tensor *leaves[GRADCHECK_MAX_LEAVES];
+    ro.n_leaves = collect_leaves(&ctx->tape, leaves, GRADCHECK_MAX_LEAVES);
+    for (int k = 0; k < ro.n_leaves; k++) {
+        ro.leaf_hdr[k] = *leaves[k];
+        ro.grads[k] = (double *)xcalloc((size_t)leaves[k]->numel, sizeof(double));
+        if (leaves[k]->grad && leaves[k]->grad_written) tensor_to_doubles(leaves[k]->grad, ro.grads[k]);
+    }
+    ctx_destroy(ctx);
+    return ro;
+}
+
+static void run_free(RunOut *ro) {
+    free(ro->out);
+    for (int k = 0; k < ro->n_leaves; k++) free(ro->grads[k]);
+}
+
+GradcheckResult gradcheck_vs_cpu(GradcheckCaseFn fn, void *user, uint64_t seed, Device dev, DType dt) {
+    GradcheckResult r;
+    memset(&r, 0, sizeof r);
+    RunOut ref = run_case(fn, user, seed, DEV_CPU, GDP_F64);
+    RunOut got = run_case(fn, user, seed, dev, dt);
+    GDP_CHECK(ref.n_leaves == got.n_leaves && ref.out_n == got.out_n,
+              "gradcheck: the case built different graphs on cpu f64 and %s %s", device_name(dev), dtype_name(dt));
+    r.out_rel_err = rel_l2(got.out, ref.out, ref.out_n);
+    r.worst = r.out_rel_err;
+    r.n_leaves = ref.n_leaves;
+    for (int k = 0; k < ref.n_leaves; k++) {
+        label_leaf(&r.leaves[k], &ref.leaf_hdr[k], k);
+        r.leaves[k].rel_err = rel_l2(got.grads[k], ref.grads[k], ref.leaf_hdr[k].numel);
+        if (r.leaves[k].rel_err > r.worst) r.worst = r.leaves[k].rel_err;
+    }
+    run_free(&ref);
+    run_free(&got);
+    return r;
+}

@@ -1,0 +1,70 @@
+/* The public ops. Each runs now on ctx->device (eager) and, when an input requires a gradient,
+ * records a tape node so tape_backward can compute gradients. Inputs of one op share a device
+ * and a dtype (f32/f64 on CPU, f32/bf16 on CUDA) unless the op says otherwise; a mismatch, a
+ * NULL, a wrong shape or a non-contiguous input where one is needed is a fatal error naming the
+ * op and the shapes. Outputs are new, contiguous tensors from the activation arena (views from
+ * reshape/transpose share memory). */
+#pragma once
+#include <stdbool.h>
+
+#include "core/ctx.h"
+
+/* ---- arithmetic ---------------------------------------------------------------------------- */
+/* a + b and a * b, b broadcast over a: b's shape equals a's trailing dims (or a's whole shape). */
+Tensor *op_add(Ctx *ctx, Tensor *a, Tensor *b);
+Tensor *op_mul(Ctx *ctx, Tensor *a, Tensor *b);
+/* alpha * a */
+Tensor *op_scale(Ctx *ctx, Tensor *a, double alpha);
+/* Converts to another float dtype (the gradient is converted back). */
+Tensor *op_cast(Ctx *ctx, Tensor *a, DType dt);
+
+/* Matrix product over the last two dims, batched over the leading ones:
+ * a [..., M, K] (or [..., K, M] with trans_a), b [..., K, N] (or [..., N, K] with trans_b).
+ * b may also be 2-D and shared by every batch (a weight). cuBLAS(Lt) on CUDA. */
+Tensor *op_matmul(Ctx *ctx, Tensor *a, Tensor *b, bool trans_a, bool trans_b);
+
+/* ---- pointwise ------------------------------------------------------------------------------ */
+Tensor *op_silu(Ctx *ctx, Tensor *x);
+Tensor *op_sigmoid(Ctx *ctx, Tensor *x);
+Tensor *op_softplus(Ctx *ctx, Tensor *x);
+Tensor *op_exp(Ctx *ctx, Tensor *x);
+
+/* ---- normalisation -------------------------------------------------------------------------- */
+/* y = x / sqrt(mean(x^2) + eps) * weight over the last dim; weight [C] or NULL (no scale). */
+Tensor *op_rmsnorm(Ctx *ctx, Tensor *x, Tensor *weight, double eps);
+/* y = x / sqrt(sum(x^2) + eps) over each run of `group` elements of the last dim
+ * (group = the last dim for per-head, last dim / r for per-slice normalisation). */
+Tensor *op_l2norm(Ctx *ctx, Tensor *x, int64_t group, double eps);
+
+/* ---- sequence ------------------------------------------------------------------------------- */
+/* Depthwise causal convolution over time: x [B, T, C], w [C, W] (no bias);
+ * y[b,t,c] = sum_{i<W} w[c,i] * x[b, t-W+1+i, c], zeros before t = 0. */
+Tensor *op_conv1d_causal(Ctx *ctx, Tensor *x, Tensor *w);
+
+/* ---- lookups and losses ---------------------------------------------------------------------- */
+/* weight [V, C], ids int32 [...] -> [..., C]. An id outside [0, V) is a fatal error. */
+Tensor *op_embedding(Ctx *ctx, Tensor *weight, const Tensor *ids);
+/* Mean cross-entropy of logits [N, V] against int32 targets [N]; targets < 0 are ignored.
+ * Returns a scalar of the logits' dtype (f32 for bf16 logits). */
+Tensor *op_cross_entropy(Ctx *ctx, Tensor *logits, const Tensor *targets);
+
+/* ---- reductions ------------------------------------------------------------------------------ */
+Tensor *op_sum(Ctx *ctx, Tensor *x);  /* scalar [1] */
+Tensor *op_mean(Ctx *ctx, Tensor *x); /* scalar [1] */
+
+/* ---- views ----------------------------------------------------------------------------------- */
+/* Same data, new shape (contiguous input; the element count must match). */
+Tensor *op_reshape(Ctx *ctx, Tensor *x, int ndim, const int64_t *shape);
+/* Swaps dims d0 and d1: a strided view, no copy. */
+Tensor *op_transpose(Ctx *ctx, Tensor *x, int d0, int d1);
+/* A contiguous copy of any (strided) tensor. */
+Tensor *op_contiguous(Ctx *ctx, Tensor *x);
+
+/* ---- helpers for op implementations (not taped) --------------------------------------------- */
+/* dst = src (accumulate false) or dst += src; same shape and dtype, src may be strided. */
+void op_copy_or_accumulate(Ctx *ctx, Tensor *dst, const Tensor *src, bool accumulate);
+static inline void op_accumulate_into(Ctx *ctx, Tensor *dst, const Tensor *src) {
+    op_copy_or_accumulate(ctx, dst, src, true);
+}
+/* Writes the gradient `g` (contiguous, t's shape) into t's gradient with set-or-accumulate. */
+void grad_write(Ctx *ctx, Tensor *t, const Tensor *g);

@@ -1,0 +1,60 @@
+/* op_add: a + b with b broadcast over a's leading dims. The model of an op glue file:
+ * check arguments, allocate outputs, dispatch to kernels/, and give backward and gradcheck. */
+#include "core/op_util.h"
+#include "kernels/add.h"
+
+/* b must equal a's trailing dims; returns the product of a's other (leading) dims. */
+static int64_t broadcast_outer(const char *op, const Tensor *a, const Tensor *b) {
+    char da[TENSOR_DESC_LEN], db[TENSOR_DESC_LEN];
+    bool ok = b->ndim <= a->ndim;
+    for (int i = 0; ok && i < b->ndim; i++) ok = b->shape[b->ndim - 1 - i] == a->shape[a->ndim - 1 - i];
+    if (!ok)
+        gdp_fatal("op '%s': cannot broadcast %s over %s: the second shape must equal the first's trailing dims", op,
+                  tensor_describe(b, db, sizeof db), tensor_describe(a, da, sizeof da));
+    return b->numel ? a->numel / b->numel : 0;
+}
+
+static void add_forward(Ctx *ctx, Node *n) {
+    Tensor *a = n->in[0], *b = n->in[1], *out = n->out[0];
+    int64_t outer = n->attr[0].i, inner = b->numel;
+    if (ctx->device == DEV_CPU)
+        add_forward_cpu(a->dtype, out->data, a->data, b->data, outer, inner);
+    else
+        CUDA_ONLY(add_forward_cuda(a->dtype, out->data, a->data, b->data, outer, inner, ctx_stream(ctx)));
+}
+
+static void add_backward(Ctx *ctx, Node *n) {
+    Tensor *a = n->in[0], *b = n->in[1], *dout = n->out[0]->grad;
+    if (a->requires_grad) grad_write(ctx, a, dout);
+    if (b->requires_grad) {
+        bool acc;
+        Tensor *db = grad_dest(ctx, b, &acc);
+        int64_t outer = n->attr[0].i, inner = b->numel;
+        if (ctx->device == DEV_CPU)
+            add_backward_b_cpu(b->dtype, db->data, dout->data, outer, inner, acc);
+        else
+            CUDA_ONLY(add_backward_b_cuda(b->dtype, db->data, dout->data, outer, inner, acc, ctx_stream(ctx)));
+    }
+}
+
+static Tensor *add_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *a = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 3, 5));
+    Tensor *b = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 5));
+    return op_add(ctx, a, b);
+}
+
+const OpDef op_add_def = {"add", add_forward, add_backward, add_case, 0};
+
+Tensor *op_add(Ctx *ctx, Tensor *a, Tensor *b) {
+    op_check_float("add", "a", a, ctx->device);
+    op_check_float("add", "b", b, ctx->device);
+    op_check_same_dtype("add", a, b);
+    op_check_contiguous("add", "a", a);
+    op_check_contiguous("add", "b", b);
+    Node n = node_make(&op_add_def);
+    n.n_in = 2, n.in[0] = a, n.in[1] = b;
+    n.attr[0].i = broadcast_outer("add", a, b);
+    n.n_out = 1, n.out[0] = op_new_out(ctx, a, a->ndim, a->shape);
+    op_run(ctx, &n);
+    return n.out[0];
+}

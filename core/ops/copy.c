@@ -1,0 +1,60 @@
+/* Gradient plumbing (copy or accumulate) and the contiguous-copy op. */
+#include "core/op_util.h"
+#include "kernels/copy.h"
+
+static StridedLayout layout_of(const Tensor *t) {
+    StridedLayout l;
+    memset(&l, 0, sizeof l);
+    l.ndim = t->ndim;
+    for (int i = 0; i < t->ndim; i++) l.shape[i] = t->shape[i], l.stride[i] = t->stride[i];
+    return l;
+}
+
+static void copy_into(Ctx *ctx, Tensor *dst, const Tensor *src, bool accumulate) {
+    if (dst->device == DEV_CPU)
+        copy_strided_cpu(dst->dtype, dst->data, src->data, layout_of(src), src->numel, accumulate);
+    else
+        CUDA_ONLY(copy_strided_cuda(dst->dtype, dst->data, src->data, layout_of(src), src->numel, accumulate,
+                                    ctx_stream(ctx)));
+}
+
+void op_copy_or_accumulate(Ctx *ctx, Tensor *dst, const Tensor *src, bool accumulate) {
+    char a[TENSOR_DESC_LEN], b[TENSOR_DESC_LEN];
+    GDP_CHECK(dst && src, "op_copy_or_accumulate: NULL tensor");
+    GDP_CHECK(dst->numel == src->numel && dst->dtype == src->dtype && dst->device == src->device,
+              "op_copy_or_accumulate: %s into %s: shapes, dtypes or devices differ", tensor_describe(src, a, sizeof a),
+              tensor_describe(dst, b, sizeof b));
+    GDP_CHECK(tensor_is_contiguous(dst), "op_copy_or_accumulate: destination %s is strided",
+              tensor_describe(dst, b, sizeof b));
+    copy_into(ctx, dst, src, accumulate);
+}
+
+void grad_write(Ctx *ctx, Tensor *t, const Tensor *g) {
+    bool acc;
+    Tensor *dst = grad_dest(ctx, t, &acc);
+    op_copy_or_accumulate(ctx, dst, g, acc);
+}
+
+static void contiguous_forward(Ctx *ctx, Node *n) { copy_into(ctx, n->out[0], n->in[0], false); }
+
+static void contiguous_backward(Ctx *ctx, Node *n) {
+    /* Gradients are always contiguous in their tensor's logical shape, so the gradient of a
+     * strided input is a plain copy; the view op that made the stride maps it to its base. */
+    if (n->in[0]->requires_grad) grad_write(ctx, n->in[0], n->out[0]->grad);
+}
+
+static Tensor *contiguous_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 4, 5));
+    return op_contiguous(ctx, op_transpose(ctx, x, 0, 2));
+}
+
+const OpDef op_contiguous_def = {"contiguous", contiguous_forward, contiguous_backward, contiguous_case, 0};
+
+Tensor *op_contiguous(Ctx *ctx, Tensor *x) {
+    op_check_not_null("contiguous", "x", x);
+    Node n = node_make(&op_contiguous_def);
+    n.n_in = 1, n.in[0] = x;
+    n.n_out = 1, n.out[0] = op_new_out(ctx, x, x->ndim, x->shape);
+    op_run(ctx, &n);
+    return n.out[0];
+}

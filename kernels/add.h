@@ -1,0 +1,22 @@
+/* out = a + b with b broadcast: a is [outer, inner], b is [inner].
+ * Backward: da = dout, db[j] = sum over outer of dout[., j]; `accumulate` adds into the
+ * destination instead of overwriting it (the gradient set-or-accumulate rule). */
+#pragma once
+#include <stdint.h>
+
+#include "core/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void add_forward_cpu(DType dt, void *out, const void *a, const void *b, int64_t outer, int64_t inner);
+void add_backward_b_cpu(DType dt, void *db, const void *dout, int64_t outer, int64_t inner, int accumulate);
+
+void add_forward_cuda(DType dt, void *out, const void *a, const void *b, int64_t outer, int64_t inner, void *stream);
+void add_backward_b_cuda(DType dt, void *db, const void *dout, int64_t outer, int64_t inner, int accumulate,
+                         void *stream);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,25 @@
+/* Strided copy / accumulate: dst (contiguous, n elements) = or += src read through shape and
+ * strides. The building block of gradient set-or-accumulate and of op_contiguous. */
+#pragma once
+#include <stdint.h>
+
+#include "core/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define COPY_MAX_DIMS 5
+typedef struct StridedLayout {
+    int ndim;
+    int64_t shape[COPY_MAX_DIMS];
+    int64_t stride[COPY_MAX_DIMS]; /* elements */
+} StridedLayout;
+
+void copy_strided_cpu(DType dt, void *dst, const void *src, StridedLayout src_layout, int64_t n, int accumulate);
+void copy_strided_cuda(DType dt, void *dst, const void *src, StridedLayout src_layout, int64_t n, int accumulate,
+                       void *stream);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,47 @@
+/* A minimal test harness for GPU test programs (the GPU machine has no Check library).
+ * GPU_TEST(name) { ... } declares a test; GPU_EXPECT(cond, fmt, ...) records a failure;
+ * gpu_test_main() runs all tests and prints "N passed, N failed". */
+#pragma once
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef void (*GpuTestFn)(int *failures);
+typedef struct GpuTest {
+    const char *name;
+    GpuTestFn fn;
+} GpuTest;
+
+#define GPU_MAX_TESTS 256
+static GpuTest gpu_tests_[GPU_MAX_TESTS];
+static int gpu_n_tests_;
+
+#define GPU_TEST(name)                                                                   \
+    static void name(int *failures);                                                     \
+    __attribute__((constructor)) static void register_##name(void) {                     \
+        if (gpu_n_tests_ < GPU_MAX_TESTS) gpu_tests_[gpu_n_tests_++] = (GpuTest){#name, name}; \
+    }                                                                                    \
+    static void name(int *failures)
+
+#define GPU_EXPECT(cond, ...)                                                            \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            (*failures)++;                                                               \
+            printf("  FAIL %s:%d: ", __FILE__, __LINE__);                                \
+            printf(__VA_ARGS__);                                                         \
+            printf("\n");                                                                \
+        }                                                                                \
+    } while (0)
+
+static inline int gpu_test_main(void) {
+    int passed = 0, failed = 0;
+    for (int i = 0; i < gpu_n_tests_; i++) {
+        int f = 0;
+        printf("-- %s\n", gpu_tests_[i].name);
+        fflush(stdout);
+        gpu_tests_[i].fn(&f);
+        if (f) failed++; else passed++;
+        printf("   %s\n", f ? "FAILED" : "ok");
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

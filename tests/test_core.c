@@ -1,0 +1,180 @@
+/* Arenas, tensors, the tape (set-or-accumulate, fan-out, skipping) and argument errors. */
+#include <math.h>
+
+#include "core/gradcheck.h"
+#include "core/ops.h"
+#include "tests/check_main.h"
+
+START_TEST(arena_aligns_and_rewinds) {
+    Arena a;
+    arena_init(&a, "test", DEV_CPU, 4096, "raise it");
+    void *p = arena_alloc(&a, 3);
+    void *q = arena_alloc(&a, 5);
+    ck_assert_uint_eq((uintptr_t)p % ARENA_ALIGN, 0);
+    ck_assert_uint_eq((uintptr_t)q % ARENA_ALIGN, 0);
+    size_t m = arena_mark(&a);
+    arena_alloc(&a, 1000);
+    arena_rewind(&a, m);
+    ck_assert_uint_eq(a.used, m);
+    ck_assert_uint_ge(a.high_water, m + 1000);
+    arena_release(&a);
+}
+END_TEST
+
+START_TEST(arena_exhaustion_is_a_clear_error) {
+    Arena a;
+    arena_init(&a, "tiny", DEV_CPU, 1024, "raise --tiny-mem");
+    arena_alloc(&a, 2048); /* exits 1 with a message naming the arena */
+}
+END_TEST
+
+static Ctx *cpu(void) { return ctx_create(DEV_CPU, ctx_default_sizes()); }
+
+START_TEST(add_forward_hand_case) {
+    Ctx *ctx = cpu();
+    Tensor *a = tensor_from_doubles(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 3), (double[]){1, 2, 3, 4, 5, 6});
+    Tensor *b = tensor_from_doubles(ctx, LIFE_ACT, GDP_F64, SHAPE(3), (double[]){10, 20, 30});
+    Tensor *c = op_add(ctx, a, b);
+    double out[6];
+    tensor_to_doubles(c, out);
+    double want[6] = {11, 22, 33, 14, 25, 36};
+    for (int i = 0; i < 6; i++) ck_assert_double_eq(out[i], want[i]);
+    ck_assert(!c->requires_grad); /* nothing required a gradient: nothing recorded */
+    ck_assert_int_eq(ctx->tape.n, 0);
+    ctx_destroy(ctx);
+}
+END_TEST
+
+START_TEST(fan_out_accumulates_gradients) {
+    /* y = (x + b) + x: dx must be 2 * dy (first write sets, second accumulates), db = colsum dy. */
+    Ctx *ctx = cpu();
+    Tensor *x = tensor_from_doubles(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 2), (double[]){1, 2, 3, 4});
+    Tensor *b = tensor_from_doubles(ctx, LIFE_ACT, GDP_F64, SHAPE(2), (double[]){0.5, -0.5});
+    x->requires_grad = b->requires_grad = true;
+    Tensor *y = op_add(ctx, op_add(ctx, x, b), x);
+    ck_assert_int_eq(ctx->tape.n, 2);
+    Tensor *dy = tensor_from_doubles(ctx, LIFE_GRAD, GDP_F64, SHAPE(2, 2), (double[]){1, 2, 3, 4});
+    tape_backward_seeded(ctx, y, dy);
+    double dx[4], db[2];
+    tensor_to_doubles(x->grad, dx);
+    tensor_to_doubles(b->grad, db);
+    for (int i = 0; i < 4; i++) ck_assert_double_eq(dx[i], 2.0 * (i + 1));
+    ck_assert_double_eq(db[0], 4);
+    ck_assert_double_eq(db[1], 6);
+    ctx_destroy(ctx);
+}
+END_TEST
+
+START_TEST(nodes_without_a_path_are_skipped) {
+    Ctx *ctx = cpu();
+    Tensor *x = tensor_from_doubles(ctx, LIFE_ACT, GDP_F64, SHAPE(2), (double[]){1, 2});
+    Tensor *c = tensor_from_doubles(ctx, LIFE_ACT, GDP_F64, SHAPE(2), (double[]){3, 4});
+    x->requires_grad = true;
+    Tensor *unused = op_add(ctx, x, c); /* recorded, but the loss below does not use it */
+    Tensor *y = op_add(ctx, x, x);
+    Tensor *dy = tensor_from_doubles(ctx, LIFE_GRAD, GDP_F64, SHAPE(2), (double[]){1, 1});
+    tape_backward_seeded(ctx, y, dy);
+    ck_assert(!unused->grad_written);
+    ck_assert(c->grad == NULL); /* constants never get gradients */
+    double dx[2];
+    tensor_to_doubles(x->grad, dx);
+    ck_assert_double_eq(dx[0], 2);
+    ctx_destroy(ctx);
+}
+END_TEST
+
+START_TEST(tape_reuse_after_step_reset) {
+    Ctx *ctx = cpu();
+    for (int step = 0; step < 3; step++) {
+        Tensor *x = tensor_from_doubles(ctx, LIFE_ACT, GDP_F64, SHAPE(1), (double[]){step});
+        x->requires_grad = true;
+        Tensor *y = op_add(ctx, x, x);
+        tape_backward_seeded(ctx, y, tensor_from_doubles(ctx, LIFE_GRAD, GDP_F64, SHAPE(1), (double[]){1}));
+        ck_assert_double_eq(tensor_get_host(x->grad, 0), 2);
+        ck_assert_int_eq(ctx->tape.n, 1);
+        ctx_step_reset(ctx);
+        ck_assert_uint_eq(ctx->acts.used, 0);
+    }
+    ctx_destroy(ctx);
+}
+END_TEST
+
+START_TEST(shape_mismatch_names_op_and_shapes) {
+    Ctx *ctx = cpu();
+    Tensor *a = tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 3));
+    Tensor *b = tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(4));
+    op_add(ctx, a, b); /* exits 1: "op 'add': cannot broadcast f64[4]@cpu over f64[2,3]@cpu" */
+}
+END_TEST
+
+START_TEST(dtype_mismatch_is_an_error) {
+    Ctx *ctx = cpu();
+    Tensor *a = tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(3));
+    Tensor *b = tensor_zeros(ctx, LIFE_ACT, GDP_F32, SHAPE(3));
+    op_add(ctx, a, b);
+}
+END_TEST
+
+START_TEST(null_input_is_an_error) {
+    Ctx *ctx = cpu();
+    Tensor *a = tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(3));
+    op_add(ctx, a, NULL);
+}
+END_TEST
+
+START_TEST(transpose_view_shares_memory_and_backprops) {
+    Ctx *ctx = cpu();
+    Tensor *x = tensor_from_doubles(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 3), (double[]){1, 2, 3, 4, 5, 6});
+    x->requires_grad = true;
+    Tensor *t = op_transpose(ctx, x, 0, 1);
+    ck_assert(t->data == x->data);
+    ck_assert(!tensor_is_contiguous(t));
+    Tensor *c = op_contiguous(ctx, t);
+    double v[6];
+    tensor_to_doubles(c, v);
+    double want[6] = {1, 4, 2, 5, 3, 6};
+    for (int i = 0; i < 6; i++) ck_assert_double_eq(v[i], want[i]);
+    tape_backward_seeded(ctx, c, tensor_from_doubles(ctx, LIFE_GRAD, GDP_F64, SHAPE(3, 2), (double[]){1, 2, 3, 4, 5, 6}));
+    tensor_to_doubles(x->grad, v);
+    double wantg[6] = {1, 3, 5, 2, 4, 6};
+    for (int i = 0; i < 6; i++) ck_assert_double_eq(v[i], wantg[i]);
+    ctx_destroy(ctx);
+}
+END_TEST
+
+static Tensor *registry_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    return ((const OpDef *)user)->gradcheck_case(ctx, dt, seed);
+}
+
+START_TEST(every_registered_op_passes_gradcheck) {
+    for (int i = 0; i < gdp_op_registry_len; i++) {
+        const OpDef *def = gdp_op_registry[i];
+        if (!def->gradcheck_case) continue;
+        GradcheckResult r = gradcheck_fd(registry_case, (void *)def, 7, 64);
+        double bound = def->gradcheck_tol > 0 ? def->gradcheck_tol : 1e-6;
+        ck_assert_msg(r.n_leaves > 0, "op %s: its gradcheck case has no leaf needing a gradient", def->name);
+        ck_assert_msg(r.worst <= bound, "op %s: gradient rel err %.3e > %.0e", def->name, r.worst, bound);
+    }
+}
+END_TEST
+
+static Suite *make_suite(void) {
+    Suite *s = suite_create("core");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, arena_aligns_and_rewinds);
+    tcase_add_exit_test(tc, arena_exhaustion_is_a_clear_error, 1);
+    tcase_add_test(tc, add_forward_hand_case);
+    tcase_add_test(tc, fan_out_accumulates_gradients);
+    tcase_add_test(tc, nodes_without_a_path_are_skipped);
+    tcase_add_test(tc, tape_reuse_after_step_reset);
+    tcase_add_exit_test(tc, shape_mismatch_names_op_and_shapes, 1);
+    tcase_add_exit_test(tc, dtype_mismatch_is_an_error, 1);
+    tcase_add_exit_test(tc, null_input_is_an_error, 1);
+    tcase_add_test(tc, transpose_view_shares_memory_and_backprops);
+    tcase_add_test(tc, every_registered_op_passes_gradcheck);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+GDP_TEST_MAIN(make_suite)
