@@ -25,7 +25,7 @@ CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
 
 CFLAGS   += $(CSTD) $(OPT) $(WARN) $(INC) -fopenmp -MMD -MP $(HDF5_CFLAGS) $(MPI_CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS   := $(HDF5_LIBS) $(MPI_LIBS) -fopenmp -lm -lpthread
+LDLIBS   := $(HDF5_LIBS) $(MPI_LIBS) -fopenmp -lz -lm -lpthread
 
 ifneq ($(NVCC),)
 CFLAGS   += -DGDP_CUDA -I$(CUDA_HOME)/include
