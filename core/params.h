@@ -56,9 +56,9 @@ void params_allocate(ParamStore *ps);
 /* Fills every parameter from its init spec with one RNG seeded by `seed`, in registration
  * order, on the host, then copies to the device: the same seed gives the same model anywhere. */
 void params_initialize(ParamStore *ps, uint64_t seed);
-/* Marks all gradients unwritten (the next write sets). Call at the start of each step. */
+/* Zeroes the flat gradient buffer (one memset) and marks every parameter gradient written, so
+ * all writes in the step accumulate and parameters no path reached have a true zero gradient.
+ * Call once per optimizer step, before the first micro-step (llm.c's rule for parameters). */
 void params_zero_grad(ParamStore *ps);
-/* Makes every gradient a written zero, for paths that want plain "+=" accumulation. */
-void params_clear_grads(ParamStore *ps);
 ParamInfo *params_find(ParamStore *ps, const char *name);
 int64_t params_count(const ParamStore *ps); /* real elements, no padding */
