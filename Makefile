@@ -51,8 +51,17 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 GPU_TEST_SRC := $(wildcard tests/gpu/test_*.c)
 GPU_TEST_BIN := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 
-.PHONY: all test test-gpu test-asan test-dist clean cuda-info
-all: $(BUILD)/gdp
+# build/libgdp.so: the Gated DeltaProduct op alone (kernels/gated_deltaproduct.h), for other programs.
+GDP_LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard kernels/gated_deltaproduct*.c kernels/gdp_*.c) core/common.c)
+ifneq ($(NVCC),)
+GDP_LIB_OBJ += $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard kernels/gated_deltaproduct*.cu kernels/gdp_*.cu))
+endif
+
+.PHONY: all test test-gpu test-asan test-dist test-all clean
+all: $(BUILD)/gdp $(BUILD)/libgdp.so
+
+$(BUILD)/libgdp.so: $(GDP_LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/libgdpcore.a: $(OBJ)
 	@mkdir -p $(@D)
@@ -90,6 +99,10 @@ test-asan:
 
 test-dist: $(BUILD)/gdp
 	@BUILD=$(BUILD) sh tests/run_dist.sh
+
+# Everything CI runs: the CPU tests, the same tests under ASan+UBSan, and the 2-rank MPI tests.
+test-all: test test-dist
+	$(MAKE) test-asan
 
 clean:
 	rm -rf $(BUILD) build-asan
