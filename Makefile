@@ -97,7 +97,7 @@ test-asan:
 	$(MAKE) BUILD=build-asan NO_CUDA=1 EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" test
 
-test-dist: $(BUILD)/gdp
+test-dist: $(BUILD)/gdp $(BUILD)/tests/test_dist_mpi
 	@BUILD=$(BUILD) sh tests/run_dist.sh
 
 # Everything CI runs: the CPU tests, the same tests under ASan+UBSan, and the 2-rank MPI tests.

@@ -5,7 +5,9 @@ CudaCtx *cuda_ctx_create(int device_id) {
     c->device_id = device_id;
     CUDA_CHECK(cudaSetDevice(device_id));
     CUDA_CHECK(cudaGetDeviceProperties(&c->props, device_id));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    /* A blocking stream on purpose: device_memcpy/memset use the legacy default stream, which then
+     * orders itself after this stream's earlier kernels and before its later ones. */
+    CUDA_CHECK(cudaStreamCreate(&c->stream));
     CUBLAS_CHECK(cublasCreate(&c->cublas));
     CUBLAS_CHECK(cublasSetStream(c->cublas, c->stream));
     CUBLAS_CHECK(cublasLtCreate(&c->cublaslt));

@@ -1,5 +1,7 @@
 #!/bin/sh
 # Runs every CPU test binary, then the CLI tests in tests/cli/*.sh, and prints one total line.
+# OpenMP threads spin by default, which on a 2-core machine shared with the test runner costs up to 5x.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 passed=0; failed=0; failed_names=""
 for t in "$@"; do
     echo "== $t"

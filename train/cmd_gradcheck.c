@@ -9,15 +9,18 @@
 #include "core/tape.h"
 #include "train/cli.h"
 #include "train/commands.h"
+#include "train/model_gradcheck.h"
 
 static const CliOpt gradcheck_opts[] = {
     {"device", 'd', "DEV", "cpu (finite differences in f64, default) or cuda (CUDA f32 and bf16 vs CPU f64)"},
     {"op", 'o', "NAME", "check only this op (default: all registered ops)"},
     {"seed", 's', "N", "random seed for inputs (default 1)"},
     {"list", 'l', NULL, "list the registered ops and exit"},
+    {"model", 'm', "PRESET", "check the whole model of this preset (tiny), every parameter, both modes, f64 on cpu"},
+    {"verbose", 'v', NULL, "with --model: one line per parameter (default: failures only)"},
 };
 static const CliCommand gradcheck_cmd = {
-    "gradcheck", "gdp gradcheck [--device cpu|cuda] [--op NAME] [--seed N]",
+    "gradcheck", "gdp gradcheck [--device cpu|cuda] [--op NAME] [--seed N] | --model tiny [--verbose]",
     "Checks gradients of every registered op. On cpu: central finite differences in float64, bound 1e-6\n"
     "relative L2 (per op where stated). On cuda: forward and backward of each op in f32 (bound 1e-4) and\n"
     "bf16 (bound 1e-2) against the CPU float64 path. Exits 1 if any check fails.",
@@ -27,6 +30,8 @@ typedef struct GradcheckArgs {
     const char *device, *op;
     uint64_t seed;
     bool list;
+    const char *model;
+    bool verbose;
 } GradcheckArgs;
 
 static void on_opt(const CliOpt *o, const char *v, void *user) {
@@ -35,6 +40,8 @@ static void on_opt(const CliOpt *o, const char *v, void *user) {
     if (!strcmp(o->name, "op")) a->op = v;
     if (!strcmp(o->name, "seed")) a->seed = (uint64_t)cli_int("seed", v, 0, (long long)1 << 62);
     if (!strcmp(o->name, "list")) a->list = true;
+    if (!strcmp(o->name, "model")) a->model = v;
+    if (!strcmp(o->name, "verbose")) a->verbose = true;
 }
 
 static Tensor *registry_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
@@ -61,7 +68,7 @@ static int report(const char *op, const char *what, const GradcheckResult *r, do
 }
 
 int cmd_gradcheck(int argc, char **argv) {
-    GradcheckArgs a = {"cpu", NULL, 1, false};
+    GradcheckArgs a = {"cpu", NULL, 1, false, NULL, false};
     char *pos[1];
     cli_parse(&gradcheck_cmd, argc, argv, on_opt, &a, pos, 0);
     if (a.list) {
@@ -69,6 +76,16 @@ int cmd_gradcheck(int argc, char **argv) {
         return 0;
     }
     Device dev = device_parse(a.device, "--device");
+    if (a.model) {
+        if (dev != DEV_CPU) cli_usage_error(&gradcheck_cmd, "--model checks on the cpu in float64; drop --device");
+        ModelConfig probe;
+        if (!model_config_preset(&probe, a.model))
+            cli_usage_error(&gradcheck_cmd, "--model '%s' is not a preset: use one of %s", a.model,
+                            model_config_preset_names());
+        int n = 0, f = model_gradcheck_preset(a.model, a.seed, a.verbose, &n);
+        printf("gradcheck model %s: %d parameter checks, %d failed\n", a.model, n, f);
+        return f ? 1 : 0;
+    }
     if (a.op && !op_find(a.op)) cli_usage_error(&gradcheck_cmd, "no op named '%s' (see gdp gradcheck --list)", a.op);
     int fails = 0, checks = 0;
     for (int i = 0; i < gdp_op_registry_len; i++) {

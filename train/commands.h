@@ -2,6 +2,12 @@
 #pragma once
 
 int cmd_gradcheck(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_vectors(int argc, char **argv);
+int cmd_prepare(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 
 typedef struct SubCommand {
     const char *name;

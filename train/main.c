@@ -7,6 +7,12 @@
 
 static const SubCommand commands[] = {
     {"gradcheck", cmd_gradcheck, "check every op's gradients (finite differences, f64) or CUDA vs CPU"},
+    {"vectors", cmd_vectors, "check the Gated DeltaProduct op against the float64 reference vectors (.h5)"},
+    {"prepare", cmd_prepare, "text files (plain or gzip) -> tokenizer + llm.c-format token shards"},
+    {"train", cmd_train, "train a Gated DeltaProduct language model (AdamW, checkpoints, exact resume)"},
+    {"generate", cmd_generate, "continue a prompt from a checkpoint (recurrent decoding on the cpu)"},
+    {"eval", cmd_eval, "loss, perplexity and bits per byte of a checkpoint on a data split"},
+    {"bench", cmd_bench, "time the Gated DeltaProduct op on CUDA (forward, forward+backward, TFLOP/s)"},
 };
 
 static void print_help(void) {

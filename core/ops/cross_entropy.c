@@ -1,0 +1,96 @@
+/* op_cross_entropy: mean cross-entropy of logits [N, V] against int32 targets [N]; targets < 0
+ * are ignored, a target >= V is a fatal error naming it. Returns a [1] scalar of the logits'
+ * dtype, f32 for bf16 logits (so its gradient, dloss, is f32 too). Per-row log-sum-exp and the
+ * count of counted rows are saved for the backward: dlogits = (softmax - onehot) * dloss / count. */
+#include "core/op_util.h"
+#include "kernels/cross_entropy.h"
+
+static void bad_target_fatal(const Tensor *logits, const Tensor *targets, int64_t row, int32_t t) {
+    char dl[TENSOR_DESC_LEN], dt[TENSOR_DESC_LEN];
+    gdp_fatal("op 'cross_entropy': target %d in row %lld of targets %s is outside [0, %lld), the classes of logits "
+              "%s (negative targets are ignored); check the labels against the vocabulary size",
+              t, (long long)row, tensor_describe(targets, dt, sizeof dt), (long long)logits->shape[1],
+              tensor_describe(logits, dl, sizeof dl));
+}
+
+#ifdef GDP_CUDA
+static int64_t ce_forward_cuda(Ctx *ctx, Tensor *loss, Tensor *lse, Tensor *count, const Tensor *x,
+                               const Tensor *tg, int32_t *bad_target) {
+    size_t mark = arena_mark(&ctx->scratch);
+    void *scratch = arena_alloc(&ctx->scratch, cross_entropy_cuda_scratch_bytes(x->shape[0]));
+    int64_t bad = cross_entropy_forward_cuda(x->dtype, (float *)loss->data, (float *)lse->data, (int32_t *)count->data,
+                                             x->data, (const int32_t *)tg->data, x->shape[0], x->shape[1], scratch,
+                                             bad_target, ctx_stream(ctx));
+    arena_rewind(&ctx->scratch, mark); /* the call synchronised the stream */
+    return bad;
+}
+#endif
+
+static void ce_forward(Ctx *ctx, Node *n) {
+    Tensor *x = n->in[0], *tg = n->in[1], *loss = n->out[0], *lse = n->saved[0], *count = n->saved[1];
+    int32_t bad_target = 0;
+    int64_t bad = -1;
+    if (ctx->device == DEV_CPU)
+        bad = cross_entropy_forward_cpu(x->dtype, loss->data, lse->data, (int32_t *)count->data, x->data,
+                                        (const int32_t *)tg->data, x->shape[0], x->shape[1], &bad_target);
+    else
+        CUDA_ONLY(bad = ce_forward_cuda(ctx, loss, lse, count, x, tg, &bad_target));
+    if (bad >= 0) bad_target_fatal(x, tg, bad, bad_target);
+}
+
+static void ce_backward(Ctx *ctx, Node *n) {
+    Tensor *x = n->in[0], *tg = n->in[1], *dloss = n->out[0]->grad, *lse = n->saved[0], *count = n->saved[1];
+    if (!x->requires_grad) return;
+    bool acc;
+    Tensor *dx = grad_dest(ctx, x, &acc);
+    if (ctx->device == DEV_CPU)
+        cross_entropy_backward_cpu(x->dtype, dx->data, dloss->data, lse->data, (const int32_t *)count->data, x->data,
+                                   (const int32_t *)tg->data, x->shape[0], x->shape[1], acc);
+    else
+        CUDA_ONLY(cross_entropy_backward_cuda(x->dtype, dx->data, (const float *)dloss->data, (const float *)lse->data,
+                                              (const int32_t *)count->data, x->data, (const int32_t *)tg->data,
+                                              x->shape[0], x->shape[1], acc, ctx_stream(ctx)));
+}
+
+/* 6 rows over 7 classes, one ignored row. */
+static Tensor *ce_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *x = gc_random(ctx, dt, &seed, -2, 2, SHAPE(6, 7));
+    Rng rng;
+    rng_seed(&rng, seed);
+    double t[6];
+    for (int i = 0; i < 6; i++) t[i] = (double)rng_below(&rng, 7);
+    t[2] = -1;
+    Tensor *targets = tensor_from_doubles(ctx, LIFE_ACT, GDP_I32, SHAPE(6), t);
+    return op_cross_entropy(ctx, x, targets);
+}
+
+const OpDef op_cross_entropy_def = {"cross_entropy", ce_forward, ce_backward, ce_case, 0};
+
+Tensor *op_cross_entropy(Ctx *ctx, Tensor *logits, const Tensor *targets) {
+    char dl[TENSOR_DESC_LEN], dt[TENSOR_DESC_LEN];
+    op_check_float("cross_entropy", "logits", logits, ctx->device);
+    op_check_contiguous("cross_entropy", "logits", logits);
+    if (logits->ndim != 2)
+        gdp_fatal("op 'cross_entropy': logits %s must be 2-D [rows, classes]; reshape [B, T, V] to [B*T, V]",
+                  tensor_describe(logits, dl, sizeof dl));
+    op_check_not_null("cross_entropy", "targets", targets);
+    if (targets->dtype != GDP_I32 || targets->device != ctx->device)
+        gdp_fatal("op 'cross_entropy': targets %s must be i32 on %s", tensor_describe(targets, dt, sizeof dt),
+                  device_name(ctx->device));
+    op_check_contiguous("cross_entropy", "targets", targets);
+    if (targets->ndim != 1 || targets->shape[0] != logits->shape[0])
+        gdp_fatal("op 'cross_entropy': targets %s must be 1-D with one entry per row of logits %s",
+                  tensor_describe(targets, dt, sizeof dt), tensor_describe(logits, dl, sizeof dl));
+    if (logits->shape[1] < 1 || logits->shape[1] > 2147483647LL)
+        gdp_fatal("op 'cross_entropy': logits %s must have between 1 and 2^31-1 classes",
+                  tensor_describe(logits, dl, sizeof dl));
+    DType stat_dt = logits->dtype == GDP_BF16 ? GDP_F32 : logits->dtype; /* loss and lse */
+    Node n = node_make(&op_cross_entropy_def);
+    n.n_in = 2, n.in[0] = logits, n.in[1] = (Tensor *)targets; /* never written; targets take no gradient */
+    n.n_saved = 2;
+    n.saved[0] = tensor_new(ctx, LIFE_ACT, stat_dt, SHAPE(logits->shape[0]));
+    n.saved[1] = tensor_new(ctx, LIFE_ACT, GDP_I32, SHAPE(1));
+    n.n_out = 1, n.out[0] = tensor_new(ctx, LIFE_ACT, stat_dt, SHAPE(1));
+    op_run(ctx, &n);
+    return n.out[0];
+}

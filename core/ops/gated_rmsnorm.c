@@ -1,0 +1,93 @@
+/* op_gated_rmsnorm: y = rmsnorm(o) * w * silu(z) per row of D (the gated output norm of spec §3),
+ * one fused kernel each way. Saves the per-row rstd (dtype on the CPU, f32 on CUDA). */
+#include <math.h>
+
+#include "core/op_util.h"
+#include "core/ops_fused.h"
+#include "kernels/gated_rmsnorm.h"
+
+static void gated_rmsnorm_forward(Ctx *ctx, Node *n) {
+    Tensor *o = n->in[0], *z = n->in[1], *w = n->in[2], *y = n->out[0], *rstd = n->saved[0];
+    int64_t D = w->numel, rows = o->numel / D;
+    if (ctx->device == DEV_CPU)
+        gated_rmsnorm_forward_cpu(o->dtype, y->data, rstd->data, o->data, z->data, w->data, rows, D, n->attr[0].f);
+    else
+        CUDA_ONLY(gated_rmsnorm_forward_cuda(o->dtype, y->data, (float *)rstd->data, o->data, z->data, w->data, rows, D,
+                                             n->attr[0].f, ctx_stream(ctx)));
+}
+
+static void gated_rmsnorm_backward(Ctx *ctx, Node *n) {
+    Tensor *o = n->in[0], *z = n->in[1], *w = n->in[2], *dy = n->out[0]->grad, *rstd = n->saved[0];
+    int64_t D = w->numel, rows = o->numel / D;
+    bool acc_o = false, acc_z = false, acc_w = false;
+    /* dz's destination first: the kernels write dz before do, so when o and z are one tensor the
+     * first write sets and the second accumulates. */
+    Tensor *dz = z->requires_grad ? grad_dest(ctx, z, &acc_z) : NULL;
+    Tensor *d_o = o->requires_grad ? grad_dest(ctx, o, &acc_o) : NULL;
+    void *dzd = dz ? dz->data : NULL, *dod = d_o ? d_o->data : NULL;
+    if (dzd || dod) {
+        if (ctx->device == DEV_CPU)
+            gated_rmsnorm_backward_oz_cpu(o->dtype, dod, dzd, dy->data, o->data, z->data, w->data, rstd->data, rows, D,
+                                          acc_o, acc_z);
+        else
+            CUDA_ONLY(gated_rmsnorm_backward_oz_cuda(o->dtype, dod, dzd, dy->data, o->data, z->data, w->data,
+                                                     (const float *)rstd->data, rows, D, acc_o, acc_z,
+                                                     ctx_stream(ctx)));
+    }
+    if (w->requires_grad) {
+        Tensor *dw = grad_dest(ctx, w, &acc_w);
+        if (ctx->device == DEV_CPU) {
+            gated_rmsnorm_backward_dw_cpu(o->dtype, dw->data, dy->data, o->data, z->data, rstd->data, rows, D, acc_w);
+        } else {
+            /* Partials live in scratch until the stream-ordered final reduction has read them. */
+            size_t mark = arena_mark(&ctx->scratch);
+            CUDA_ONLY(gated_rmsnorm_backward_dw_cuda(
+                o->dtype, dw->data,
+                (float *)arena_alloc(&ctx->scratch, (size_t)(gated_rmsnorm_dw_chunks(rows) * D) * sizeof(float)),
+                dy->data, o->data, z->data, (const float *)rstd->data, rows, D, acc_w, ctx_stream(ctx)));
+            arena_rewind(&ctx->scratch, mark);
+        }
+    }
+}
+
+static Tensor *gated_rmsnorm_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *o = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 3, 16));
+    Tensor *z = gc_random(ctx, dt, &seed, -3, 3, SHAPE(2, 3, 16));
+    Tensor *w = gc_random(ctx, dt, &seed, 0.5, 1.5, SHAPE(16));
+    return op_gated_rmsnorm(ctx, o, z, w, 1e-5);
+}
+
+const OpDef op_gated_rmsnorm_def = {"gated_rmsnorm", gated_rmsnorm_forward, gated_rmsnorm_backward,
+                                    gated_rmsnorm_case, 0};
+
+Tensor *op_gated_rmsnorm(Ctx *ctx, Tensor *o, Tensor *z, Tensor *w, double eps) {
+    char d0[TENSOR_DESC_LEN], d1[TENSOR_DESC_LEN];
+    op_check_float("gated_rmsnorm", "o", o, ctx->device);
+    op_check_float("gated_rmsnorm", "z", z, ctx->device);
+    op_check_float("gated_rmsnorm", "w", w, ctx->device);
+    op_check_same_dtype("gated_rmsnorm", o, z);
+    op_check_same_dtype("gated_rmsnorm", o, w);
+    op_check_contiguous("gated_rmsnorm", "o", o);
+    op_check_contiguous("gated_rmsnorm", "z", z);
+    op_check_contiguous("gated_rmsnorm", "w", w);
+    if (o->ndim < 1 || o->shape[o->ndim - 1] < 1)
+        gdp_fatal("op 'gated_rmsnorm': o %s needs a non-empty last dim to normalise over",
+                  tensor_describe(o, d0, sizeof d0));
+    if (!tensor_same_shape(o, z))
+        gdp_fatal("op 'gated_rmsnorm': o %s and z %s must have the same shape", tensor_describe(o, d0, sizeof d0),
+                  tensor_describe(z, d1, sizeof d1));
+    int64_t D = o->shape[o->ndim - 1];
+    if (w->ndim != 1 || w->shape[0] != D)
+        gdp_fatal("op 'gated_rmsnorm': w %s must be 1-D with o's last dim %lld (o is %s)",
+                  tensor_describe(w, d1, sizeof d1), (long long)D, tensor_describe(o, d0, sizeof d0));
+    if (!(eps >= 0) || !isfinite(eps)) gdp_fatal("op 'gated_rmsnorm': eps %g must be finite and >= 0", eps);
+    int64_t rows = o->numel / D;
+    Node n = node_make(&op_gated_rmsnorm_def);
+    n.n_in = 3, n.in[0] = o, n.in[1] = z, n.in[2] = w;
+    n.attr[0].f = eps;
+    n.n_saved = 1;
+    n.saved[0] = tensor_new(ctx, LIFE_ACT, ctx->device == DEV_CPU ? o->dtype : GDP_F32, 1, &rows);
+    n.n_out = 1, n.out[0] = op_new_out(ctx, o, o->ndim, o->shape);
+    op_run(ctx, &n);
+    return n.out[0];
+}

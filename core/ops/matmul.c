@@ -1,0 +1,149 @@
+/* op_matmul: C = op(A) op(B) over the last two dims, batched over the leading ones; B may be 2-D
+ * and shared by the whole batch (a weight). Backward, with op(A) [M,K], op(B) [K,N], dC [M,N]:
+ *     dop(A) = dC op(B)^T,   dop(B) = op(A)^T dC,
+ * each one GEMM written straight into the gradient (beta = 1 when it accumulates, no copies).
+ * A shared B gets its gradient summed over the batch in one GEMM by treating A's [..., M] rows
+ * as one tall matrix (for trans_a, whose rows are not contiguous, one GEMM per batch entry, each
+ * accumulating into the same gradient in batch order). */
+#include "core/op_util.h"
+#include "kernels/matmul.h"
+#ifdef GDP_CUDA
+#include "core/cuda_ctx.h"
+#endif
+
+enum { MM_TA, MM_TB, MM_BATCH, MM_M, MM_N, MM_K, MM_SHARED };
+
+static void gemm(Ctx *ctx, DType dt, void *c, const void *a, const void *b, int64_t batch, int64_t m, int64_t n,
+                 int64_t k, int ta, int tb, int64_t sa, int64_t sb, int64_t sc, int acc) {
+    if (ctx->device == DEV_CPU)
+        matmul_cpu(dt, c, a, b, batch, m, n, k, ta, tb, sa, sb, sc, acc);
+    else
+        CUDA_ONLY(matmul_cuda(dt, ctx->cuda->cublas, c, a, b, batch, m, n, k, ta, tb, sa, sb, sc, acc));
+}
+
+static void matmul_forward(Ctx *ctx, Node *nd) {
+    Tensor *a = nd->in[0], *b = nd->in[1], *c = nd->out[0];
+    int ta = (int)nd->attr[MM_TA].i, tb = (int)nd->attr[MM_TB].i, shared = (int)nd->attr[MM_SHARED].i;
+    int64_t batch = nd->attr[MM_BATCH].i, m = nd->attr[MM_M].i, n = nd->attr[MM_N].i, k = nd->attr[MM_K].i;
+    if (shared && !ta) /* [batch*M, K] rows times one weight: a single GEMM */
+        gemm(ctx, a->dtype, c->data, a->data, b->data, 1, batch * m, n, k, 0, tb, 0, 0, 0, 0);
+    else
+        gemm(ctx, a->dtype, c->data, a->data, b->data, batch, m, n, k, ta, tb, m * k, shared ? 0 : k * n, m * n, 0);
+}
+
+static void matmul_backward(Ctx *ctx, Node *nd) {
+    Tensor *a = nd->in[0], *b = nd->in[1], *dc = nd->out[0]->grad;
+    int ta = (int)nd->attr[MM_TA].i, tb = (int)nd->attr[MM_TB].i, shared = (int)nd->attr[MM_SHARED].i;
+    int64_t batch = nd->attr[MM_BATCH].i, m = nd->attr[MM_M].i, n = nd->attr[MM_N].i, k = nd->attr[MM_K].i;
+    int64_t sb = shared ? 0 : k * n;
+    DType dt = a->dtype;
+    bool acc;
+    if (a->requires_grad) {
+        Tensor *da = grad_dest(ctx, a, &acc);
+        if (!ta) { /* dA [M,K] = dC [M,N] op(B)^T */
+            if (shared)
+                gemm(ctx, dt, da->data, dc->data, b->data, 1, batch * m, k, n, 0, !tb, 0, 0, 0, acc);
+            else
+                gemm(ctx, dt, da->data, dc->data, b->data, batch, m, k, n, 0, !tb, m * n, sb, m * k, acc);
+        } else { /* A stored [K,M]: dA = op(B) [K,N] dC^T [N,M] */
+            gemm(ctx, dt, da->data, b->data, dc->data, batch, k, m, n, tb, 1, sb, m * n, k * m, acc);
+        }
+    }
+    if (b->requires_grad) {
+        Tensor *db = grad_dest(ctx, b, &acc);
+        if (shared && !ta) {
+            if (!tb) /* dB [K,N] = A'^T dC', A' = [batch*M, K], dC' = [batch*M, N] */
+                gemm(ctx, dt, db->data, a->data, dc->data, 1, k, n, batch * m, 1, 0, 0, 0, 0, acc);
+            else /* B stored [N,K]: dB = dC'^T A' */
+                gemm(ctx, dt, db->data, dc->data, a->data, 1, n, k, batch * m, 1, 0, 0, 0, 0, acc);
+        } else if (shared) { /* trans_a: A_b stored [K,M] is op(A_b)^T itself */
+            for (int64_t i = 0; i < batch; i++) {
+                const char *ai = (const char *)a->data + (size_t)(i * m * k) * dtype_size(dt);
+                const char *dci = (const char *)dc->data + (size_t)(i * m * n) * dtype_size(dt);
+                int acc_i = acc || i > 0;
+                if (!tb)
+                    gemm(ctx, dt, db->data, ai, dci, 1, k, n, m, 0, 0, 0, 0, 0, acc_i);
+                else
+                    gemm(ctx, dt, db->data, dci, ai, 1, n, k, m, 1, 1, 0, 0, 0, acc_i);
+            }
+        } else if (!tb) { /* dB [K,N] = op(A)^T dC */
+            gemm(ctx, dt, db->data, a->data, dc->data, batch, k, n, m, !ta, 0, m * k, m * n, k * n, acc);
+        } else { /* B stored [N,K]: dB = dC^T op(A) */
+            gemm(ctx, dt, db->data, dc->data, a->data, batch, n, k, m, 1, ta, m * n, m * k, n * k, acc);
+        }
+    }
+}
+
+/* Gradcheck cases: every combination of the flags, batched and shared B, two products chained
+ * so that both gradients of each are exercised (sizes small, so bf16 stays within 1e-2). */
+static Tensor *matmul_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *a = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 3, 4));
+    Tensor *b = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 4, 5));
+    Tensor *c = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 2, 5));
+    return op_matmul(ctx, op_matmul(ctx, a, b, false, false), c, false, true); /* [2,3,2] */
+}
+
+static Tensor *matmul_tt_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *a = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 2, 4, 3));
+    Tensor *b = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 2, 5, 4));
+    Tensor *d = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 2, 3, 4));
+    return op_matmul(ctx, d, op_matmul(ctx, a, b, true, true), true, false); /* [2,2,4,5] */
+}
+
+static Tensor *matmul_shared_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 3, 4));
+    Tensor *w1 = gc_random(ctx, dt, &seed, -1, 1, SHAPE(5, 4));
+    Tensor *w2 = gc_random(ctx, dt, &seed, -1, 1, SHAPE(5, 3));
+    return op_matmul(ctx, op_matmul(ctx, x, w1, false, true), w2, false, false); /* [2,3,3] */
+}
+
+static Tensor *matmul_shared_ta_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 4, 3));
+    Tensor *w1 = gc_random(ctx, dt, &seed, -1, 1, SHAPE(4, 5));
+    Tensor *w2 = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 3));
+    return op_matmul(ctx, op_matmul(ctx, x, w1, true, false), w2, true, true); /* [2,5,2] */
+}
+
+const OpDef op_matmul_def = {"matmul", matmul_forward, matmul_backward, matmul_case, 0};
+/* Extra registry entries: the same op, other gradcheck cases. */
+const OpDef op_matmul_tt_def = {"matmul_tt", matmul_forward, matmul_backward, matmul_tt_case, 0};
+const OpDef op_matmul_shared_def = {"matmul_shared", matmul_forward, matmul_backward, matmul_shared_case, 0};
+const OpDef op_matmul_shared_ta_def = {"matmul_shared_ta", matmul_forward, matmul_backward, matmul_shared_ta_case, 0};
+
+Tensor *op_matmul(Ctx *ctx, Tensor *a, Tensor *b, bool trans_a, bool trans_b) {
+    char da[TENSOR_DESC_LEN], db[TENSOR_DESC_LEN];
+    op_check_float("matmul", "a", a, ctx->device);
+    op_check_float("matmul", "b", b, ctx->device);
+    op_check_same_dtype("matmul", a, b);
+    if (a->ndim < 2 || b->ndim < 2)
+        gdp_fatal("op 'matmul': both inputs need at least 2 dims, got a %s and b %s", tensor_describe(a, da, sizeof da),
+                  tensor_describe(b, db, sizeof db));
+    if (!tensor_is_contiguous(a) || !tensor_is_contiguous(b))
+        gdp_fatal("op 'matmul': a %s and b %s must be contiguous; express a transposed last pair of dims with "
+                  "trans_a/trans_b, or call op_contiguous first",
+                  tensor_describe(a, da, sizeof da), tensor_describe(b, db, sizeof db));
+    int64_t m = a->shape[a->ndim - (trans_a ? 1 : 2)], ka = a->shape[a->ndim - (trans_a ? 2 : 1)];
+    int64_t kb = b->shape[b->ndim - (trans_b ? 1 : 2)], n = b->shape[b->ndim - (trans_b ? 2 : 1)];
+    if (ka != kb)
+        gdp_fatal("op 'matmul': inner dims differ: a %s%s has K = %lld, b %s%s has K = %lld", tensor_describe(a, da, sizeof da),
+                  trans_a ? " (transposed)" : "", (long long)ka, tensor_describe(b, db, sizeof db),
+                  trans_b ? " (transposed)" : "", (long long)kb);
+    bool shared = b->ndim == 2 && a->ndim > 2;
+    if (!shared) {
+        bool ok = b->ndim == a->ndim;
+        for (int i = 0; ok && i < a->ndim - 2; i++) ok = a->shape[i] == b->shape[i];
+        if (!ok)
+            gdp_fatal("op 'matmul': batch dims differ: a %s, b %s; b must have a's leading dims or be 2-D (shared)",
+                      tensor_describe(a, da, sizeof da), tensor_describe(b, db, sizeof db));
+    }
+    int64_t batch = 1, shape[GDP_MAX_DIMS];
+    for (int i = 0; i < a->ndim - 2; i++) batch *= a->shape[i], shape[i] = a->shape[i];
+    shape[a->ndim - 2] = m, shape[a->ndim - 1] = n;
+    Node nd = node_make(&op_matmul_def);
+    nd.n_in = 2, nd.in[0] = a, nd.in[1] = b;
+    nd.attr[MM_TA].i = trans_a, nd.attr[MM_TB].i = trans_b, nd.attr[MM_SHARED].i = shared;
+    nd.attr[MM_BATCH].i = batch, nd.attr[MM_M].i = m, nd.attr[MM_N].i = n, nd.attr[MM_K].i = ka;
+    nd.n_out = 1, nd.out[0] = op_new_out(ctx, a, a->ndim, shape);
+    op_run(ctx, &nd);
+    return nd.out[0];
+}

@@ -1,0 +1,82 @@
+/* op_rmsnorm: y = x / sqrt(mean(x^2) + eps) * weight over the last dim; weight [C] or NULL.
+ * Saves the per-row rstd (dtype on the CPU, f32 on CUDA) for backward. */
+#include <math.h>
+
+#include "core/op_util.h"
+#include "kernels/rmsnorm.h"
+
+static void rmsnorm_forward(Ctx *ctx, Node *n) {
+    Tensor *x = n->in[0], *w = n->n_in > 1 ? n->in[1] : NULL, *y = n->out[0], *rstd = n->saved[0];
+    int64_t C = x->shape[x->ndim - 1], rows = C ? x->numel / C : 0;
+    const void *wd = w ? w->data : NULL;
+    if (ctx->device == DEV_CPU)
+        rmsnorm_forward_cpu(x->dtype, y->data, rstd->data, x->data, wd, rows, C, n->attr[0].f);
+    else
+        CUDA_ONLY(rmsnorm_forward_cuda(x->dtype, y->data, (float *)rstd->data, x->data, wd, rows, C, n->attr[0].f,
+                                       ctx_stream(ctx)));
+}
+
+static void rmsnorm_backward(Ctx *ctx, Node *n) {
+    Tensor *x = n->in[0], *w = n->n_in > 1 ? n->in[1] : NULL, *dy = n->out[0]->grad, *rstd = n->saved[0];
+    int64_t C = x->shape[x->ndim - 1], rows = C ? x->numel / C : 0;
+    const void *wd = w ? w->data : NULL;
+    bool acc;
+    if (x->requires_grad) {
+        Tensor *dx = grad_dest(ctx, x, &acc);
+        if (ctx->device == DEV_CPU)
+            rmsnorm_backward_dx_cpu(x->dtype, dx->data, dy->data, x->data, wd, rstd->data, rows, C, acc);
+        else
+            CUDA_ONLY(rmsnorm_backward_dx_cuda(x->dtype, dx->data, dy->data, x->data, wd, (const float *)rstd->data,
+                                               rows, C, acc, ctx_stream(ctx)));
+    }
+    if (w && w->requires_grad) {
+        Tensor *dw = grad_dest(ctx, w, &acc);
+        if (ctx->device == DEV_CPU) {
+            rmsnorm_backward_dw_cpu(x->dtype, dw->data, dy->data, x->data, rstd->data, rows, C, acc);
+        } else {
+            /* The partials live in scratch only until the (stream-ordered) final reduction has
+             * read them; later users of scratch run after it on the same stream. */
+            size_t mark = arena_mark(&ctx->scratch);
+            CUDA_ONLY(rmsnorm_backward_dw_cuda(
+                x->dtype, dw->data,
+                (float *)arena_alloc(&ctx->scratch, (size_t)(rmsnorm_dw_chunks(rows) * C) * sizeof(float)), dy->data,
+                x->data, (const float *)rstd->data, rows, C, acc, ctx_stream(ctx)));
+            arena_rewind(&ctx->scratch, mark);
+        }
+    }
+}
+
+static Tensor *rmsnorm_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 3, 16));
+    Tensor *w = gc_random(ctx, dt, &seed, 0.5, 1.5, SHAPE(16));
+    return op_rmsnorm(ctx, x, w, 1e-5);
+}
+
+const OpDef op_rmsnorm_def = {"rmsnorm", rmsnorm_forward, rmsnorm_backward, rmsnorm_case, 0};
+
+Tensor *op_rmsnorm(Ctx *ctx, Tensor *x, Tensor *weight, double eps) {
+    char dx[TENSOR_DESC_LEN], dw[TENSOR_DESC_LEN];
+    op_check_float("rmsnorm", "x", x, ctx->device);
+    op_check_contiguous("rmsnorm", "x", x);
+    if (x->ndim < 1 || x->shape[x->ndim - 1] < 1)
+        gdp_fatal("op 'rmsnorm': x %s needs a non-empty last dim to normalise over", tensor_describe(x, dx, sizeof dx));
+    int64_t C = x->shape[x->ndim - 1];
+    if (weight) {
+        op_check_float("rmsnorm", "weight", weight, ctx->device);
+        op_check_same_dtype("rmsnorm", x, weight);
+        op_check_contiguous("rmsnorm", "weight", weight);
+        if (weight->ndim != 1 || weight->shape[0] != C)
+            gdp_fatal("op 'rmsnorm': weight %s must be 1-D with x's last dim %lld (x is %s)",
+                      tensor_describe(weight, dw, sizeof dw), (long long)C, tensor_describe(x, dx, sizeof dx));
+    }
+    if (!(eps >= 0) || !isfinite(eps)) gdp_fatal("op 'rmsnorm': eps %g must be finite and >= 0", eps);
+    int64_t rows = x->numel / C;
+    Node n = node_make(&op_rmsnorm_def);
+    n.n_in = weight ? 2 : 1, n.in[0] = x, n.in[1] = weight;
+    n.attr[0].f = eps;
+    n.n_saved = 1;
+    n.saved[0] = tensor_new(ctx, LIFE_ACT, ctx->device == DEV_CPU ? x->dtype : GDP_F32, 1, &rows);
+    n.n_out = 1, n.out[0] = op_new_out(ctx, x, x->ndim, x->shape);
+    op_run(ctx, &n);
+    return n.out[0];
+}

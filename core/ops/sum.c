@@ -1,0 +1,53 @@
+/* op_sum: the sum of every element, a [1] scalar of x's dtype. Deterministic (kernels/sum.h).
+ * Backward: dx = dout broadcast. */
+#include "core/op_util.h"
+#include "kernels/sum.h"
+
+#ifdef GDP_CUDA
+/* The block partials live in scratch; rewinding at once is safe because every later user of that
+ * memory runs after this launch on the same stream. */
+static void sum_launch_cuda(Ctx *ctx, const Tensor *x, Tensor *out, double scale) {
+    size_t mark = arena_mark(&ctx->scratch);
+    void *part = arena_alloc(&ctx->scratch, sum_cuda_scratch_bytes(x->numel));
+    sum_forward_cuda(x->dtype, out->data, x->data, x->numel, scale, part, ctx_stream(ctx));
+    arena_rewind(&ctx->scratch, mark);
+}
+#endif
+
+static void sum_forward(Ctx *ctx, Node *n) {
+    Tensor *x = n->in[0], *out = n->out[0];
+    if (ctx->device == DEV_CPU) {
+        sum_forward_cpu(x->dtype, out->data, x->data, x->numel, 1.0);
+    } else {
+        CUDA_ONLY(sum_launch_cuda(ctx, x, out, 1.0));
+    }
+}
+
+static void sum_backward(Ctx *ctx, Node *n) {
+    Tensor *x = n->in[0], *dout = n->out[0]->grad;
+    if (!x->requires_grad) return;
+    bool acc;
+    Tensor *dx = grad_dest(ctx, x, &acc);
+    if (ctx->device == DEV_CPU)
+        sum_backward_cpu(x->dtype, dx->data, dout->data, x->numel, 1.0, acc);
+    else
+        CUDA_ONLY(sum_backward_cuda(x->dtype, dx->data, dout->data, x->numel, 1.0, acc, ctx_stream(ctx)));
+}
+
+/* Positive entries keep the sum away from zero, so bf16 meets its relative bound. */
+static Tensor *sum_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *x = gc_random(ctx, dt, &seed, 0.1, 1, SHAPE(3, 4, 5));
+    return op_sum(ctx, x);
+}
+
+const OpDef op_sum_def = {"sum", sum_forward, sum_backward, sum_case, 0};
+
+Tensor *op_sum(Ctx *ctx, Tensor *x) {
+    op_check_float("sum", "x", x, ctx->device);
+    op_check_contiguous("sum", "x", x);
+    Node n = node_make(&op_sum_def);
+    n.n_in = 1, n.in[0] = x;
+    n.n_out = 1, n.out[0] = op_new_out(ctx, x, SHAPE(1));
+    op_run(ctx, &n);
+    return n.out[0];
+}

@@ -1,0 +1,52 @@
+/* op_swiglu: y = silu(a) * b elementwise (the MLP gate), one fused kernel each way. */
+#include "core/op_util.h"
+#include "core/ops_fused.h"
+#include "kernels/swiglu.h"
+
+static void swiglu_forward(Ctx *ctx, Node *n) {
+    Tensor *a = n->in[0], *b = n->in[1], *y = n->out[0];
+    if (ctx->device == DEV_CPU)
+        swiglu_forward_cpu(a->dtype, y->data, a->data, b->data, a->numel);
+    else
+        CUDA_ONLY(swiglu_forward_cuda(a->dtype, y->data, a->data, b->data, a->numel, ctx_stream(ctx)));
+}
+
+static void swiglu_backward(Ctx *ctx, Node *n) {
+    Tensor *a = n->in[0], *b = n->in[1], *dy = n->out[0]->grad;
+    bool acc_a = false, acc_b = false;
+    /* a and b may be one tensor: then db == da, the second grad_dest reports "accumulate", and
+     * each element's da term is written before its db term is added (same thread, in order). */
+    Tensor *da = a->requires_grad ? grad_dest(ctx, a, &acc_a) : NULL;
+    Tensor *db = b->requires_grad ? grad_dest(ctx, b, &acc_b) : NULL;
+    void *dad = da ? da->data : NULL, *dbd = db ? db->data : NULL;
+    if (ctx->device == DEV_CPU)
+        swiglu_backward_cpu(a->dtype, dad, dbd, dy->data, a->data, b->data, a->numel, acc_a, acc_b);
+    else
+        CUDA_ONLY(swiglu_backward_cuda(a->dtype, dad, dbd, dy->data, a->data, b->data, a->numel, acc_a, acc_b,
+                                       ctx_stream(ctx)));
+}
+
+static Tensor *swiglu_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *a = gc_random(ctx, dt, &seed, -3, 3, SHAPE(3, 2, 7));
+    Tensor *b = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 2, 7));
+    return op_swiglu(ctx, a, b);
+}
+
+const OpDef op_swiglu_def = {"swiglu", swiglu_forward, swiglu_backward, swiglu_case, 0};
+
+Tensor *op_swiglu(Ctx *ctx, Tensor *a, Tensor *b) {
+    char da[TENSOR_DESC_LEN], db[TENSOR_DESC_LEN];
+    op_check_float("swiglu", "a", a, ctx->device);
+    op_check_float("swiglu", "b", b, ctx->device);
+    op_check_same_dtype("swiglu", a, b);
+    op_check_contiguous("swiglu", "a", a);
+    op_check_contiguous("swiglu", "b", b);
+    if (!tensor_same_shape(a, b))
+        gdp_fatal("op 'swiglu': a %s and b %s must have the same shape", tensor_describe(a, da, sizeof da),
+                  tensor_describe(b, db, sizeof db));
+    Node n = node_make(&op_swiglu_def);
+    n.n_in = 2, n.in[0] = a, n.in[1] = b;
+    n.n_out = 1, n.out[0] = op_new_out(ctx, a, a->ndim, a->shape);
+    op_run(ctx, &n);
+    return n.out[0];
+}

@@ -1,0 +1,13 @@
+/* Fused ops the model uses: one kernel where the unfused chain would store several activations.
+ * Same conventions as core/ops.h (eager, taped when an input requires a gradient, inputs share a
+ * device and dtype, contiguous, fatal errors naming the op and the shapes). */
+#pragma once
+#include "core/ctx.h"
+
+/* Gated RMSNorm (spec §3 output): y = o / sqrt(mean(o^2) + eps) * w * silu(z) per row of D,
+ * o and z [..., D] of the same shape, w [D]. Saves the per-row rstd; gradients for o, z and w
+ * (dw reduced deterministically over rows). */
+Tensor *op_gated_rmsnorm(Ctx *ctx, Tensor *o, Tensor *z, Tensor *w, double eps);
+
+/* SwiGLU gate: y = silu(a) * b elementwise, a and b of the same shape. */
+Tensor *op_swiglu(Ctx *ctx, Tensor *a, Tensor *b);

@@ -1,0 +1,18 @@
+/* dst = convert(src) over n elements, from src_dt to dst_dt; with `accumulate`, dst += convert(src)
+ * (the sum is formed in the wider of float32 and the destination type, then rounded once).
+ * CPU: f32, f64 and bf16 in any pair. CUDA: f32 and bf16 in any pair. */
+#pragma once
+#include <stdint.h>
+
+#include "core/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void cast_cpu(DType dst_dt, void *dst, DType src_dt, const void *src, int64_t n, int accumulate);
+void cast_cuda(DType dst_dt, void *dst, DType src_dt, const void *src, int64_t n, int accumulate, void *stream);
+
+#ifdef __cplusplus
+}
+#endif

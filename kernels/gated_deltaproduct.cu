@@ -1,0 +1,1307 @@
+/* Gated DeltaProduct, CUDA path: the chunked WY/UT algorithm of shared/spec/gated-deltaproduct.md
+ * §2 ("one engine for both modes": read keys R and write keys K_w on interleaved rows), forward
+ * and a dedicated backward. Grid and workspace layout: kernels/gdp_cuda_plan.h; the float64 model
+ * of exactly these steps: tests/gpu/gdp_chunk_model.h.
+ *
+ * Forward  1 tables   sequence and chunk tables (varlen or not), built on the device
+ *          2 prep     per chunk: G (cumsum), A (fp32), T = (I+A)^-1 (four 16x16 forward
+ *                     substitutions + block merges, fp32), W, U, Kwd, P
+ *          3 state    sequential per (sequence, head, V tile): h, Delta = U - W h,
+ *                     S <- e^{G_last} S + Kwd^T Delta
+ *          4 output   per chunk: o = (scale e^G q) h + P Delta
+ * Backward 2, 3 again (recompute), then
+ *          5 dh       sequential in reverse: dDelta = P^T dO + Kwd dS,
+ *                     dS <- e^{G_last} dS + (scale e^G q)^T dO - W^T dDelta
+ *          6 bwd_a    per chunk and K tile: dq, dK_w (output + state write), dW, gate parts
+ *          7 bwd_b    per chunk: WY backward through T (dX = T^T dW, dA = -T^T dT T^T), dk, dv,
+ *                     dbeta, dg (reverse cumsum in the chunk), per-chunk dmask
+ *          8 dmask    fixed-order sum of the per-chunk mask gradients
+ * Every gradient element is written by exactly one thread (no atomics); reductions run in a fixed
+ * order, so results are deterministic. Exponentials are taken only of differences G_i - G_j with
+ * j not after i, selected before exp. */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <type_traits>
+
+#include "kernels/common.cuh"
+#include "kernels/gated_deltaproduct.h"
+#include "kernels/gated_deltaproduct_common.h"
+#include "kernels/gdp_cuda_plan.h"
+#include "kernels/gdp_mma.cuh"
+
+namespace gdp {
+
+constexpr int NTHREADS = 256;
+constexpr int LDT = GDP_TILE + 8; /* leading dimension of 64-wide operand tiles */
+constexpr int LDF = GDP_TILE + 4; /* leading dimension of 64-wide fp32 tiles */
+constexpr int LDA = 65;           /* fp32 64x64 A and T */
+
+struct Params {
+    int mode, B, T, H, K, V, n, KP, VP, Ct, Ctp, N, NCmax, nkt, nvt, bv, nst;
+    bool veck, vecv; /* rows of K (V) elements may be moved 16 bytes at a time */
+    float scale;
+    const void *q, *k, *v, *beta, *d_o;
+    const float *g, *mask, *h0, *dht;
+    const int32_t *cu;
+    void *o, *dq, *dk, *dv, *dbeta;
+    float *ht, *dg, *dmask, *dh0;
+    GdpSeqInfo *seq;
+    GdpChunkInfo *chunk;
+    float *G;
+    void *W, *Kwd, *U, *P, *h, *D, *dh, *dD, *dW;
+    float *dKw, *dGa, *dM;
+    int64_t sW, sU, sP, sH, sD;
+};
+
+/* ---------------------------------------------------------------- shared-memory carving */
+struct Carve {
+    char *base;
+    size_t off;
+    __host__ __device__ explicit Carve(char *b) : base(b), off(0) {}
+    template <typename T> __host__ __device__ T *take(size_t count) {
+        T *p = (T *)(base + off);
+        off += (sizeof(T) * count + 15) & ~(size_t)15;
+        return p;
+    }
+};
+
+
+/* ---------------------------------------------------------------- row access */
+/* Key and value rows of chunk row p (householder: the slot row; split: the token row). */
+template <typename IT> __device__ __forceinline__ const IT *krow(const Params &P, int tok0, int h, int p) {
+    if (P.mode == GDP_MODE_HOUSEHOLDER) return (const IT *)P.k + (((int64_t)tok0 * P.n + p) * P.H + h) * P.K;
+    return (const IT *)P.k + ((int64_t)(tok0 + p / P.n) * P.H + h) * P.K;
+}
+template <typename IT> __device__ __forceinline__ const IT *vrow(const Params &P, int tok0, int h, int p) {
+    if (P.mode == GDP_MODE_HOUSEHOLDER) return (const IT *)P.v + (((int64_t)tok0 * P.n + p) * P.H + h) * P.V;
+    return (const IT *)P.v + ((int64_t)(tok0 + p / P.n) * P.H + h) * P.V;
+}
+/* Write key K_w of row p at column x from the key value kv: split mode keeps only slice p%n. */
+__device__ __forceinline__ float kw_of(const Params &P, int p, int x, float kv) {
+    if (P.mode == GDP_MODE_HOUSEHOLDER) return kv;
+    return x / (P.K / P.n) == p % P.n ? kv : 0.f;
+}
+/* Read key R: split mode weights slice b of the key by M[a,b], a = p%n. */
+__device__ __forceinline__ float r_of(const Params &P, int h, int p, int x, float kv) {
+    if (P.mode == GDP_MODE_HOUSEHOLDER) return kv;
+    return P.mask[((int64_t)h * P.n + p % P.n) * P.n + x / (P.K / P.n)] * kv;
+}
+template <typename IT> __device__ __forceinline__ float beta_at(const Params &P, int tok0, int h, int p) {
+    const IT *b = (const IT *)P.beta;
+    if (P.mode == GDP_MODE_HOUSEHOLDER) return to_f32(b[((int64_t)tok0 * P.n + p) * P.H + h]);
+    return to_f32(b[(int64_t)(tok0 + p / P.n) * P.H + h]);
+}
+/* Row j is "earlier" than row i: an earlier row (householder) or an earlier token (split). */
+__device__ __forceinline__ bool earlier(const Params &P, int i, int j) {
+    return P.mode == GDP_MODE_HOUSEHOLDER ? j < i : j / P.n < i / P.n;
+}
+
+/* s[r*ld + c] = f(r, c) for r < rows, c < cols (rounded to the operand type). */
+template <typename OT, class F> __device__ __forceinline__ void fill(OT *s, int ld, int rows, int cols, F f) {
+    for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
+        const int r = e / cols, c = e - (e / cols) * cols;
+        s[r * ld + c] = from_f32<OT>(f(r, c));
+    }
+}
+
+struct ChunkCtx {
+    int ci, h, tok0, ct, lc;
+    int64_t ch;
+};
+
+__device__ __forceinline__ bool chunk_ctx(const Params &P, int ci, int h, ChunkCtx &c) {
+    const GdpChunkInfo ck = P.chunk[ci];
+    if (ck.seq < 0) return false;
+    c.ci = ci;
+    c.h = h;
+    c.tok0 = ck.tok0;
+    c.ct = ck.ct;
+    c.lc = ck.ct * P.n;
+    c.ch = (int64_t)ci * P.H + h;
+    return true;
+}
+
+/* Tile loaders of the chunk's rows (NULL rows past the chunk end read as zeros). */
+template <typename IT> __device__ __forceinline__ void load_kw(const Params &P, const ChunkCtx &c, IT *s, int c0, int wk) {
+    load_rows(s, LDT, 64, wk, c0, P.K, P.veck, [&](int r) { return r < c.lc ? krow<IT>(P, c.tok0, c.h, r) : (const IT *)nullptr; },
+              [&](int r, int x, float v) { return kw_of(P, r, x, v); });
+}
+/* scale_mode 0: R; 1: beta*gamma*R (X_r) */
+template <typename IT>
+__device__ __forceinline__ void load_r(const Params &P, const ChunkCtx &c, IT *s, int c0, int wk, const float *Gs,
+                                       const float *br, int scale_mode) {
+    load_rows(s, LDT, 64, wk, c0, P.K, P.veck, [&](int r) { return r < c.lc ? krow<IT>(P, c.tok0, c.h, r) : (const IT *)nullptr; },
+              [&](int r, int x, float v) {
+                  const float rv = r_of(P, c.h, r, x, v);
+                  return scale_mode ? br[r] * expf(Gs[r / P.n]) * rv : rv;
+              });
+}
+/* scale_mode 0: V; 1: beta*V (X_v) */
+template <typename IT>
+__device__ __forceinline__ void load_v(const Params &P, const ChunkCtx &c, IT *s, int c0, int wv, const float *br, int scale_mode) {
+    load_rows(s, LDT, 64, wv, c0, P.V, P.vecv, [&](int r) { return r < c.lc ? vrow<IT>(P, c.tok0, c.h, r) : (const IT *)nullptr; },
+              [&](int r, int x, float v) { return scale_mode ? br[r] * v : v; });
+}
+/* q rows of the chunk's tokens, times rowf[t] (or 1 when rowf is NULL); rows >= ct are zero */
+template <typename IT>
+__device__ __forceinline__ void load_q(const Params &P, const ChunkCtx &c, IT *s, int lds, int c0, int wk, const float *rowf) {
+    load_rows(s, lds, P.Ctp, wk, c0, P.K, P.veck,
+              [&](int t) { return t < c.ct ? (const IT *)P.q + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.K : (const IT *)nullptr; },
+              [&](int t, int, float v) { return rowf ? rowf[t] * v : v; });
+}
+
+/* ---------------------------------------------------------------- tables */
+__global__ void k_tables(Params P) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    int c0 = 0, prev = 0;
+    for (int s = 0; s < P.N; s++) {
+        int base, len;
+        if (P.cu) {
+            /* clamped to [prev, T] so that bad offsets can never overrun the workspace */
+            int lo = P.cu[s], hi = P.cu[s + 1];
+            lo = lo < prev ? prev : (lo > P.T ? P.T : lo);
+            hi = hi < lo ? lo : (hi > P.T ? P.T : hi);
+            base = lo;
+            len = hi - lo;
+            prev = hi;
+        } else {
+            base = s * P.T;
+            len = P.T;
+        }
+        GdpSeqInfo si;
+        si.base = base;
+        si.len = len;
+        si.c0 = c0;
+        si.pad = 0;
+        P.seq[s] = si;
+        c0 += (len + P.Ct - 1) / P.Ct;
+    }
+    GdpSeqInfo last;
+    last.base = 0;
+    last.len = 0;
+    last.c0 = c0;
+    last.pad = 0;
+    P.seq[P.N] = last;
+}
+
+__global__ void k_chunks(Params P) {
+    const int ci = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ci >= P.NCmax) return;
+    GdpChunkInfo ck;
+    ck.seq = -1;
+    ck.tok0 = 0;
+    ck.ct = 0;
+    ck.c = 0;
+    if (ci < P.seq[P.N].c0) {
+        int lo = 0, hi = P.N - 1; /* last s with seq[s].c0 <= ci */
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (P.seq[mid].c0 <= ci) lo = mid; else hi = mid - 1;
+        }
+        const GdpSeqInfo si = P.seq[lo];
+        ck.seq = lo;
+        ck.c = ci - si.c0;
+        ck.tok0 = si.base + ck.c * P.Ct;
+        ck.ct = si.len - ck.c * P.Ct < P.Ct ? si.len - ck.c * P.Ct : P.Ct;
+    }
+    P.chunk[ci] = ck;
+}
+
+/* ---------------------------------------------------------------- A and T of one chunk */
+/* Gs[64]: chunk-local inclusive cumsum of g per token (0 past ct), by a warp scan;
+ * br[64]: row beta (0 past lc). */
+template <typename IT> __device__ void load_gates(const Params &P, const ChunkCtx &c, float *Gs, float *br) {
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        float a = 0.f, b = 0.f;
+        if (P.g) {
+            if (lane < c.ct) a = P.g[(int64_t)(c.tok0 + lane) * P.H + c.h];
+            if (lane + 32 < c.ct) b = P.g[(int64_t)(c.tok0 + lane + 32) * P.H + c.h];
+        }
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float ya = __shfl_up_sync(0xffffffffu, a, o), yb = __shfl_up_sync(0xffffffffu, b, o);
+            if (lane >= o) {
+                a += ya;
+                b += yb;
+            }
+        }
+        b += __shfl_sync(0xffffffffu, a, 31);
+        Gs[lane] = lane < c.ct ? a : 0.f;
+        Gs[lane + 32] = lane + 32 < c.ct ? b : 0.f;
+    }
+    for (int p = threadIdx.x; p < 64; p += blockDim.x) br[p] = p < c.lc ? beta_at<IT>(P, c.tok0, c.h, p) : 0.f;
+}
+
+/* After A (fp32, finished, strictly "earlier" entries only) is in Af: Tf = (I + A)^-1 in fp32 and
+ * Top = its operand copy. Diagonal 16x16 blocks by forward substitution, then the off-diagonal
+ * blocks by block substitution, T_IJ = -T_II sum_{M=J}^{I-1} A_IM T_MJ, by distance I-J = 1,2,3. */
+template <typename OT> __device__ void solve_T(const float *Af, float *Tf, OT *Top, float *Zs) {
+    const int tid = threadIdx.x;
+    for (int e = tid; e < 64 * 64; e += blockDim.x) Tf[(e >> 6) * LDA + (e & 63)] = 0.f;
+    __syncthreads();
+    if (tid < 64) {
+        const int b = tid >> 4, j = tid & 15, o = b * 16;
+        float x[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            float s = i == j ? 1.f : 0.f;
+#pragma unroll
+            for (int m = 0; m < i; m++) s -= Af[(o + i) * LDA + o + m] * x[m];
+            x[i] = i < j ? 0.f : s;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) Tf[(o + i) * LDA + o + j] = x[i];
+    }
+    __syncthreads();
+    for (int d = 1; d < 4; d++) {
+        const int nb = 4 - d;
+        for (int e = tid; e < nb * 256; e += blockDim.x) {
+            const int J = e >> 8, I = J + d, r = (e >> 4) & 15, cc = e & 15;
+            float s = 0.f;
+            for (int m = 16 * J; m < 16 * I; m++) s += Af[(16 * I + r) * LDA + m] * Tf[m * LDA + 16 * J + cc];
+            Zs[e] = s;
+        }
+        __syncthreads();
+        for (int e = tid; e < nb * 256; e += blockDim.x) {
+            const int J = e >> 8, I = J + d, r = (e >> 4) & 15, cc = e & 15;
+            float s = 0.f;
+#pragma unroll
+            for (int m = 0; m < 16; m++) s += Tf[(16 * I + r) * LDA + 16 * I + m] * Zs[(J << 8) + (m << 4) + cc];
+            Tf[(16 * I + r) * LDA + 16 * J + cc] = -s;
+        }
+        __syncthreads();
+    }
+    for (int e = tid; e < 64 * 64; e += blockDim.x) Top[(e >> 6) * LDT + (e & 63)] = from_f32<OT>(Tf[(e >> 6) * LDA + (e & 63)]);
+    __syncthreads();
+}
+
+/* Builds A in Af (64 x LDA fp32) from the K tiles: A_ij = beta_i e^{G_i-G_j} <R_i, Kw_j>, j earlier.
+ * With `prep`, also writes Kwd and P for the chunk (Pacc is scratch, b2 holds q). */
+template <typename IT>
+__device__ void build_A(const Params &P, const ChunkCtx &c, const float *Gs, const float *br, IT *b0, IT *b1, IT *b2,
+                        float *Af, bool prep, float *Pacc) {
+    const int tid = threadIdx.x, n = P.n;
+    const bool hh = P.mode == GDP_MODE_HOUSEHOLDER;
+    for (int e = tid; e < 64 * 64; e += blockDim.x) {
+        Af[(e >> 6) * LDA + (e & 63)] = 0.f;
+        if (prep) Pacc[(e >> 6) * LDA + (e & 63)] = 0.f;
+    }
+    const float GL = Gs[c.ct - 1];
+    IT *Rb = hh ? b0 : b1;
+    for (int kt = 0; kt < P.nkt; kt++) {
+        const int c0 = kt * GDP_TILE, wk = min(GDP_TILE, P.KP - c0);
+        load_kw<IT>(P, c, b0, c0, wk);
+        if (!hh) load_r<IT>(P, c, b1, c0, wk, Gs, br, 0);
+        if (prep) load_q<IT>(P, c, b2, LDT, c0, wk, nullptr);
+        __syncthreads();
+        if (prep) {
+            IT *Kwd = (IT *)P.Kwd + c.ch * P.sW + c0;
+            st_tile_f(Kwd, P.KP, b0, LDT, 64, wk,
+                      [&](int r, int, IT v) { return fromf<IT>(r < c.lc ? expf(GL - Gs[r / n]) * tof(v) : 0.f); });
+            gemm(P.Ctp, 64, smat(b2, LDT), smat(b0, LDT, true), wk, [&](int r, int cc) { return Pacc[r * LDA + cc]; },
+                 [&](int r, int cc, float v) { Pacc[r * LDA + cc] = v; });
+        }
+        gemm(64, 64, smat(Rb, LDT), smat(b0, LDT, true), wk, [&](int r, int cc) { return Af[r * LDA + cc]; },
+             [&](int r, int cc, float v) { Af[r * LDA + cc] = v; });
+        __syncthreads();
+    }
+    for (int e = tid; e < 64 * 64; e += blockDim.x) {
+        const int i = e >> 6, j = e & 63;
+        float a = 0.f;
+        if (i < c.lc && j < c.lc && earlier(P, i, j)) a = br[i] * expf(Gs[i / n] - Gs[j / n]) * Af[i * LDA + j];
+        Af[i * LDA + j] = a;
+    }
+    if (prep) {
+        IT *Pg = (IT *)P.P + c.ch * P.sP;
+        for (int e = tid; e < P.Ctp * 64; e += blockDim.x) {
+            const int t = e >> 6, s = e & 63;
+            float val = 0.f;
+            if (t < c.ct && s < c.lc && s / n <= t) val = P.scale * expf(Gs[t] - Gs[s / n]) * Pacc[t * LDA + s];
+            Pg[e] = from_f32<IT>(val);
+        }
+    }
+    __syncthreads();
+}
+
+/* ---------------------------------------------------------------- 2. prep */
+template <typename IT> struct PrepSmem {
+    float *Gs, *br, *Zs, *Af, *Pacc, *Tf;
+    IT *Top, *b0, *b1, *b2;
+    __host__ __device__ static size_t carve(char *base, PrepSmem *s) {
+        Carve cv(base);
+        PrepSmem t;
+        t.Gs = cv.take<float>(64);
+        t.br = cv.take<float>(64);
+        t.Zs = cv.take<float>(768);
+        t.Af = cv.take<float>(64 * LDA);
+        t.Pacc = cv.take<float>(64 * LDA);
+        t.Tf = cv.take<float>(64 * LDA);
+        t.Top = cv.take<IT>(64 * LDT);
+        t.b0 = cv.take<IT>(64 * LDT);
+        t.b1 = cv.take<IT>(64 * LDT);
+        t.b2 = cv.take<IT>(64 * LDT);
+        if (s) *s = t;
+        return cv.off;
+    }
+};
+
+template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_prep(Params P) {
+    extern __shared__ __align__(16) char smem[];
+    ChunkCtx c;
+    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    PrepSmem<IT> S;
+    PrepSmem<IT>::carve(smem, &S);
+    const int tid = threadIdx.x;
+    load_gates<IT>(P, c, S.Gs, S.br);
+    __syncthreads();
+    for (int t = tid; t < 64; t += blockDim.x) P.G[c.ch * GDP_CHUNK + t] = S.Gs[t];
+    build_A<IT>(P, c, S.Gs, S.br, S.b0, S.b1, S.b2, S.Af, true, S.Pacc);
+    solve_T<IT>(S.Af, S.Tf, S.Top, S.Zs);
+    IT *W = (IT *)P.W + c.ch * P.sW, *U = (IT *)P.U + c.ch * P.sU;
+    for (int kt = 0; kt < P.nkt + P.nvt; kt++) {
+        const bool isv = kt >= P.nkt;
+        const int c0 = (isv ? kt - P.nkt : kt) * GDP_TILE, wk = min(GDP_TILE, (isv ? P.VP : P.KP) - c0);
+        if (isv)
+            load_v<IT>(P, c, S.b1, c0, wk, S.br, 1);
+        else
+            load_r<IT>(P, c, S.b1, c0, wk, S.Gs, S.br, 1);
+        __syncthreads();
+        gemm(64, wk, smat(S.Top, LDT), smat(S.b1, LDT), 64, Zero(), [&](int r, int cc, float v) { S.b0[r * LDT + cc] = from_f32<IT>(v); });
+        __syncthreads();
+        if (isv)
+            st_tile(U + c0, P.VP, S.b0, LDT, 64, wk);
+        else
+            st_tile(W + c0, P.KP, S.b0, LDT, 64, wk);
+    }
+}
+
+/* ---------------------------------------------------------------- 3. state pass */
+/* S (KP x bv, fp32) lives in registers; W, Kwd, U of the next chunk are prefetched (cp.async)
+ * while the current one is processed when nst == 2. */
+template <typename IT> struct StateSmem {
+    IT *Ws[2], *Kd[2], *Us[2], *Sop;
+    __host__ __device__ static size_t carve(char *base, int KP, int bv, int nst, StateSmem *s) {
+        Carve cv(base);
+        StateSmem t;
+        for (int i = 0; i < 2; i++) {
+            const int j = i < nst ? i : 0;
+            if (j == i) {
+                t.Ws[i] = cv.take<IT>((size_t)64 * (KP + 8));
+                t.Kd[i] = cv.take<IT>((size_t)64 * (KP + 8));
+                t.Us[i] = cv.take<IT>((size_t)64 * (bv + 8));
+            } else {
+                t.Ws[i] = t.Ws[0];
+                t.Kd[i] = t.Kd[0];
+                t.Us[i] = t.Us[0];
+            }
+        }
+        t.Sop = cv.take<IT>((size_t)KP * (bv + 8));
+        if (s) *s = t;
+        return cv.off;
+    }
+};
+
+template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_state(Params P) {
+    extern __shared__ __align__(16) char smem[];
+    const int bv = P.bv, v0 = blockIdx.y * bv, w = min(bv, P.VP - v0);
+    const int s = blockIdx.x / P.H, h = blockIdx.x % P.H;
+    const int KP = P.KP, ldk = KP + 8, lds = bv + 8, nst = P.nst;
+    StateSmem<IT> S;
+    StateSmem<IT>::carve(smem, KP, bv, nst, &S);
+    const int64_t st = ((int64_t)s * P.H + h) * P.K * P.V;
+    Acc acc;
+    acc_each(acc, KP, w, [&](int r, int c, float &v) {
+        v = P.h0 && r < P.K && v0 + c < P.V ? P.h0[st + (int64_t)r * P.V + v0 + c] : 0.f;
+        S.Sop[r * lds + c] = fromf<IT>(v);
+    });
+    const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
+    auto prefetch = [&](int ci, int b) {
+        const int64_t ch = (int64_t)ci * P.H + h;
+        cp_tile(b ? S.Ws[1] : S.Ws[0], ldk, (const IT *)P.W + ch * P.sW, KP, 64, KP);
+        cp_tile(b ? S.Kd[1] : S.Kd[0], ldk, (const IT *)P.Kwd + ch * P.sW, KP, 64, KP);
+        cp_tile(b ? S.Us[1] : S.Us[0], lds, (const IT *)P.U + ch * P.sU + v0, P.VP, 64, w);
+        cp_commit();
+    };
+    if (cbeg < cend && nst == 2) prefetch(cbeg, 0);
+    for (int ci = cbeg; ci < cend; ci++) {
+        const int b = nst == 2 ? (ci - cbeg) & 1 : 0;
+        if (nst == 2) {
+            if (ci + 1 < cend) {
+                prefetch(ci + 1, b ^ 1);
+                cp_wait<1>();
+            } else {
+                cp_wait<0>();
+            }
+        } else {
+            prefetch(ci, 0);
+            cp_wait<0>();
+        }
+        const int64_t ch = (int64_t)ci * P.H + h;
+        const float gL = expf(P.G[ch * GDP_CHUNK + P.chunk[ci].ct - 1]);
+        __syncthreads();
+        st_tile((IT *)P.h + ch * P.sH + v0, P.VP, S.Sop, lds, KP, w);
+        IT *Us = b ? S.Us[1] : S.Us[0], *Wb = b ? S.Ws[1] : S.Ws[0], *Kb = b ? S.Kd[1] : S.Kd[0];
+        gemm(64, w, smat(Wb, ldk), smat(S.Sop, lds), KP, Zero(),
+             [&](int r, int c, float v) { Us[r * lds + c] = fromf<IT>(tof(Us[r * lds + c]) - v); });
+        __syncthreads();
+        st_tile((IT *)P.D + ch * P.sD + v0, P.VP, Us, lds, 64, w);
+        acc_each(acc, KP, w, [&](int, int, float &v) { v *= gL; });
+        acc_gemm(acc, KP, w, smat(Kb, ldk, true), smat(Us, lds), 64);
+        acc_each(acc, KP, w, [&](int r, int c, float &v) { S.Sop[r * lds + c] = fromf<IT>(v); });
+        __syncthreads();
+    }
+    if (P.ht)
+        acc_each(acc, KP, w, [&](int r, int c, float &v) {
+            if (r < P.K && v0 + c < P.V) P.ht[st + (int64_t)r * P.V + v0 + c] = v;
+        });
+}
+
+/* ---------------------------------------------------------------- 4. output */
+template <typename IT> struct OutSmem {
+    float *Gs, *qf, *Of;
+    IT *Qs, *Hs, *Ps, *Ds;
+    __host__ __device__ static size_t carve(char *base, int Ctp, OutSmem *s) {
+        Carve cv(base);
+        OutSmem t;
+        t.Gs = cv.take<float>(64);
+        t.qf = cv.take<float>(64);
+        t.Of = cv.take<float>((size_t)Ctp * LDF);
+        t.Qs = cv.take<IT>((size_t)Ctp * LDT);
+        t.Hs = cv.take<IT>((size_t)64 * LDT);
+        t.Ps = cv.take<IT>((size_t)Ctp * LDT);
+        t.Ds = cv.take<IT>((size_t)64 * LDT);
+        if (s) *s = t;
+        return cv.off;
+    }
+};
+
+template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_output(Params P) {
+    extern __shared__ __align__(16) char smem[];
+    ChunkCtx c;
+    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    OutSmem<IT> S;
+    OutSmem<IT>::carve(smem, P.Ctp, &S);
+    const int v0 = blockIdx.z * GDP_TILE, wv = min(GDP_TILE, P.VP - v0), Ctp = P.Ctp;
+    for (int t = threadIdx.x; t < 64; t += blockDim.x) {
+        const float G = P.G[c.ch * GDP_CHUNK + t];
+        S.Gs[t] = G;
+        S.qf[t] = t < c.ct ? P.scale * expf(G) : 0.f;
+    }
+    cp_tile(S.Ps, LDT, (const IT *)P.P + c.ch * P.sP, 64, Ctp, 64);
+    cp_tile(S.Ds, LDT, (const IT *)P.D + c.ch * P.sD + v0, P.VP, 64, wv);
+    cp_commit();
+    __syncthreads();
+    float acc[4][4];
+    for (int i = 0; i < 16; i++) acc[i >> 2][i & 3] = 0.f;
+    const IT *hg = (const IT *)P.h + c.ch * P.sH + v0;
+    for (int kt = 0; kt < P.nkt; kt++) {
+        const int c0 = kt * GDP_TILE, wk = min(GDP_TILE, P.KP - c0);
+        cp_tile(S.Hs, LDT, hg + (int64_t)c0 * P.VP, P.VP, wk, wv);
+        cp_commit();
+        load_q<IT>(P, c, S.Qs, LDT, c0, wk, S.qf);
+        cp_wait<0>();
+        __syncthreads();
+        tile_gemm(acc, Ctp, wv, smat(S.Qs, LDT), smat(S.Hs, LDT), wk);
+        __syncthreads();
+    }
+    tile_gemm(acc, Ctp, wv, smat(S.Ps, LDT), smat(S.Ds, LDT), 64);
+    tile_each(acc, Ctp, wv, [&](int r, int cc, float v) { S.Of[r * LDF + cc] = v; });
+    __syncthreads();
+    store_rows<IT>(S.Of, LDF, c.ct, wv, v0, P.V, P.vecv,
+                   [&](int t) { return (IT *)P.o + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.V; });
+}
+
+/* ---------------------------------------------------------------- 5. dh pass (reverse) */
+template <typename IT> struct DhSmem {
+    float *qf;
+    IT *Ws[2], *Kd[2], *Ps[2], *dOs[2], *Qs[2], *nD, *dSop;
+    __host__ __device__ static size_t carve(char *base, int KP, int Ctp, int bv, int nst, DhSmem *s) {
+        Carve cv(base);
+        DhSmem t;
+        t.qf = cv.take<float>(64);
+        for (int i = 0; i < 2; i++) {
+            if (i < nst) {
+                t.Ws[i] = cv.take<IT>((size_t)64 * (KP + 8));
+                t.Kd[i] = cv.take<IT>((size_t)64 * (KP + 8));
+                t.Ps[i] = cv.take<IT>((size_t)Ctp * LDT);
+                t.dOs[i] = cv.take<IT>((size_t)Ctp * (bv + 8));
+                t.Qs[i] = cv.take<IT>((size_t)Ctp * (KP + 8));
+            } else {
+                t.Ws[i] = t.Ws[0], t.Kd[i] = t.Kd[0], t.Ps[i] = t.Ps[0], t.dOs[i] = t.dOs[0], t.Qs[i] = t.Qs[0];
+            }
+        }
+        t.nD = cv.take<IT>((size_t)64 * (bv + 8));
+        t.dSop = cv.take<IT>((size_t)KP * (bv + 8));
+        if (s) *s = t;
+        return cv.off;
+    }
+};
+
+template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_dh(Params P) {
+    extern __shared__ __align__(16) char smem[];
+    const int bv = P.bv, v0 = blockIdx.y * bv, w = min(bv, P.VP - v0);
+    const int s = blockIdx.x / P.H, h = blockIdx.x % P.H;
+    const int KP = P.KP, ldk = KP + 8, lds = bv + 8, Ctp = P.Ctp, nst = P.nst;
+    DhSmem<IT> S;
+    DhSmem<IT>::carve(smem, KP, Ctp, bv, nst, &S);
+    const int64_t st = ((int64_t)s * P.H + h) * P.K * P.V;
+    Acc acc;
+    acc_each(acc, KP, w, [&](int r, int c, float &v) {
+        v = P.dht && r < P.K && v0 + c < P.V ? P.dht[st + (int64_t)r * P.V + v0 + c] : 0.f;
+        S.dSop[r * lds + c] = fromf<IT>(v);
+    });
+    const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
+    auto prefetch = [&](int ci, int b) {
+        const int64_t ch = (int64_t)ci * P.H + h;
+        const int ct = P.chunk[ci].ct, tok0 = P.chunk[ci].tok0;
+        cp_tile(b ? S.Ws[1] : S.Ws[0], ldk, (const IT *)P.W + ch * P.sW, KP, 64, KP);
+        cp_tile(b ? S.Kd[1] : S.Kd[0], ldk, (const IT *)P.Kwd + ch * P.sW, KP, 64, KP);
+        cp_tile(b ? S.Ps[1] : S.Ps[0], LDT, (const IT *)P.P + ch * P.sP, 64, Ctp, 64);
+        cp_rows(b ? S.dOs[1] : S.dOs[0], lds, Ctp, w, v0, P.V, P.vecv,
+                [&](int t) { return t < ct ? (const IT *)P.d_o + ((int64_t)(tok0 + t) * P.H + h) * P.V : (const IT *)nullptr; });
+        cp_rows(b ? S.Qs[1] : S.Qs[0], ldk, Ctp, KP, 0, P.K, P.veck,
+                [&](int t) { return t < ct ? (const IT *)P.q + ((int64_t)(tok0 + t) * P.H + h) * P.K : (const IT *)nullptr; });
+        cp_commit();
+    };
+    if (cbeg < cend && nst == 2) prefetch(cend - 1, 0);
+    for (int ci = cend - 1; ci >= cbeg; ci--) {
+        const int b = nst == 2 ? (cend - 1 - ci) & 1 : 0;
+        if (nst == 2) {
+            if (ci - 1 >= cbeg) {
+                prefetch(ci - 1, b ^ 1);
+                cp_wait<1>();
+            } else {
+                cp_wait<0>();
+            }
+        } else {
+            prefetch(ci, 0);
+            cp_wait<0>();
+        }
+        const int64_t ch = (int64_t)ci * P.H + h;
+        const int ct = P.chunk[ci].ct;
+        const float gL = expf(P.G[ch * GDP_CHUNK + ct - 1]);
+        for (int t = threadIdx.x; t < 64; t += blockDim.x) S.qf[t] = t < ct ? P.scale * expf(P.G[ch * GDP_CHUNK + t]) : 0.f;
+        __syncthreads();
+        st_tile((IT *)P.dh + ch * P.sH + v0, P.VP, S.dSop, lds, KP, w);
+        IT *Qs = b ? S.Qs[1] : S.Qs[0], *Wb = b ? S.Ws[1] : S.Ws[0], *Kb = b ? S.Kd[1] : S.Kd[0];
+        IT *Pb = b ? S.Ps[1] : S.Ps[0], *dOb = b ? S.dOs[1] : S.dOs[0];
+        for (int e = threadIdx.x; e < Ctp * KP; e += blockDim.x) {
+            const int t = e / KP, x = e - t * KP;
+            Qs[t * ldk + x] = fromf<IT>(S.qf[t] * tof(Qs[t * ldk + x]));
+        }
+        gemm(64, w, smat(Pb, LDT, true), smat(dOb, lds), Ctp, smat(Kb, ldk), smat(S.dSop, lds), KP, Zero(),
+             [&](int r, int c, float v) { S.nD[r * lds + c] = fromf<IT>(-v); });
+        __syncthreads();
+        st_tile_f((IT *)P.dD + ch * P.sD + v0, P.VP, S.nD, lds, 64, w, [](int, int, IT v) { return fromf<IT>(-tof(v)); });
+        acc_each(acc, KP, w, [&](int, int, float &v) { v *= gL; });
+        acc_gemm(acc, KP, w, smat(Qs, ldk, true), smat(dOb, lds), Ctp);
+        acc_gemm(acc, KP, w, smat(Wb, ldk, true), smat(S.nD, lds), 64);
+        acc_each(acc, KP, w, [&](int r, int c, float &v) { S.dSop[r * lds + c] = fromf<IT>(v); });
+        __syncthreads();
+    }
+    if (P.dh0)
+        acc_each(acc, KP, w, [&](int r, int c, float &v) {
+            if (r < P.K && v0 + c < P.V) P.dh0[st + (int64_t)r * P.V + v0 + c] = v;
+        });
+}
+
+/* ---------------------------------------------------------------- 6. bwd_a: dq, dK_w, dW, gate parts */
+template <typename IT> struct BwdASmem {
+    float *Gs, *red, *stdr, *dga, *qdot, *dKst, *dQf;
+    IT *Qs, *Kws, *dOs, *Ds, *dDs, *Hs, *dHs;
+    __host__ __device__ static size_t carve(char *base, int Ctp, BwdASmem *s) {
+        Carve cv(base);
+        BwdASmem t;
+        t.Gs = cv.take<float>(64);
+        t.red = cv.take<float>(NTHREADS / 32);
+        t.stdr = cv.take<float>(64);
+        t.dga = cv.take<float>(64);
+        t.qdot = cv.take<float>(64);
+        t.dKst = cv.take<float>((size_t)64 * LDF);
+        t.dQf = cv.take<float>((size_t)Ctp * LDF);
+        t.Qs = cv.take<IT>((size_t)Ctp * LDT);
+        t.Kws = cv.take<IT>((size_t)64 * LDT);
+        t.dOs = cv.take<IT>((size_t)Ctp * LDT);
+        t.Ds = cv.take<IT>((size_t)64 * LDT);
+        t.dDs = cv.take<IT>((size_t)64 * LDT);
+        t.Hs = cv.take<IT>((size_t)64 * LDT);
+        t.dHs = cv.take<IT>((size_t)64 * LDT);
+        if (s) *s = t;
+        return cv.off;
+    }
+};
+
+__device__ __forceinline__ float warp_sum(float s) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_a(Params P) {
+    extern __shared__ __align__(16) char smem[];
+    ChunkCtx c;
+    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    BwdASmem<IT> S;
+    BwdASmem<IT>::carve(smem, P.Ctp, &S);
+    const int kt = blockIdx.z, c0 = kt * GDP_TILE, wk = min(GDP_TILE, P.KP - c0), Ctp = P.Ctp, n = P.n;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const IT *Dg = (const IT *)P.D + c.ch * P.sD, *dDg = (const IT *)P.dD + c.ch * P.sD;
+    const IT *hg = (const IT *)P.h + c.ch * P.sH + (int64_t)c0 * P.VP, *dhg = (const IT *)P.dh + c.ch * P.sH + (int64_t)c0 * P.VP;
+    for (int t = tid; t < 64; t += blockDim.x) S.Gs[t] = P.G[c.ch * GDP_CHUNK + t];
+    load_q<IT>(P, c, S.Qs, LDT, c0, wk, nullptr);
+    load_kw<IT>(P, c, S.Kws, c0, wk);
+    float aQ[4][4], aK[4][4], aW[4][4], aP[4][4];
+#pragma unroll
+    for (int i = 0; i < 16; i++) aQ[i >> 2][i & 3] = aK[i >> 2][i & 3] = aW[i >> 2][i & 3] = aP[i >> 2][i & 3] = 0.f;
+    float hdh = 0.f;
+    for (int vt = 0; vt < P.nvt; vt++) {
+        const int v0 = vt * GDP_TILE, wv = min(GDP_TILE, P.VP - v0);
+        cp_rows(S.dOs, LDT, Ctp, wv, v0, P.V, P.vecv, [&](int t) {
+            return t < c.ct ? (const IT *)P.d_o + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.V : (const IT *)nullptr;
+        });
+        cp_tile(S.Ds, LDT, Dg + v0, P.VP, 64, wv);
+        cp_tile(S.dDs, LDT, dDg + v0, P.VP, 64, wv);
+        cp_tile(S.Hs, LDT, hg + v0, P.VP, wk, wv);
+        cp_tile(S.dHs, LDT, dhg + v0, P.VP, wk, wv);
+        cp_commit();
+        cp_wait<0>();
+        __syncthreads();
+        for (int e = tid; e < wk * wv; e += blockDim.x) {
+            const int x = e / wv, y = e - x * wv;
+            hdh += tof(S.Hs[x * LDT + y]) * tof(S.dHs[x * LDT + y]);
+        }
+        tile_gemm(aQ, Ctp, wk, smat(S.dOs, LDT), smat(S.Hs, LDT, true), wv);
+        tile_gemm(aK, 64, wk, smat(S.Ds, LDT), smat(S.dHs, LDT, true), wv);
+        tile_gemm(aW, 64, wk, smat(S.dDs, LDT), smat(S.Hs, LDT, true), wv);
+        tile_gemm(aP, Ctp, 64, smat(S.dOs, LDT), smat(S.Ds, LDT, true), wv);
+        __syncthreads();
+    }
+    const float GL = S.Gs[c.ct - 1], gL = expf(GL);
+    /* dS (into dOs), the state-write part of dK_w (dKst), dW (staged in dDs) */
+    IT *dSs = S.dOs;
+    tile_each(aP, Ctp, 64, [&](int t, int s, float v) {
+        float val = 0.f;
+        if (t < c.ct && s < c.lc && s / n <= t) val = P.scale * expf(S.Gs[t] - S.Gs[s / n]) * v;
+        dSs[t * LDT + s] = from_f32<IT>(val);
+    });
+    tile_each(aK, 64, wk, [&](int r, int x, float v) { S.dKst[r * LDF + x] = r < c.lc ? expf(GL - S.Gs[r / n]) * v : 0.f; });
+    tile_each(aW, 64, wk, [&](int r, int x, float v) { S.dDs[r * LDT + x] = fromf<IT>(-v); });
+    hdh = warp_sum(hdh);
+    if (lane == 0) S.red[warp] = hdh;
+    __syncthreads();
+    st_tile((IT *)P.dW + c.ch * P.sW + c0, P.KP, S.dDs, LDT, 64, wk);
+    row_reduce(64, wk, [&](int i, int x) { return S.dKst[i * LDF + x] * tof(S.Kws[i * LDT + x]); },
+               [&](int i, float v) { S.stdr[i] = v; });
+    /* dQ = scale gamma dO h^T + dS Kw: the same warp tiles as aQ */
+    tile_each(aQ, Ctp, wk, [&](int r, int, float &v) { v = r < c.ct ? P.scale * expf(S.Gs[r]) * v : 0.f; });
+    tile_gemm(aQ, Ctp, wk, smat(dSs, LDT), smat(S.Kws, LDT), 64);
+    tile_each(aQ, Ctp, wk, [&](int r, int x, float v) { S.dQf[r * LDF + x] = v; });
+    __syncthreads();
+    gemm(64, wk, smat(dSs, LDT, true), smat(S.Qs, LDT), Ctp, [&](int r, int cc) { return S.dKst[r * LDF + cc]; },
+         [&](int r, int cc, float v) { S.dKst[r * LDF + cc] = v; });
+    store_rows<IT>(S.dQf, LDF, c.ct, wk, c0, P.K, P.veck,
+                   [&](int t) { return (IT *)P.dq + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.K; });
+    row_reduce(Ctp, wk, [&](int t, int x) { return S.dQf[t * LDF + x] * tof(S.Qs[t * LDT + x]); },
+               [&](int t, float v) { S.qdot[t] = v; });
+    __syncthreads();
+    for (int e = tid; e < 64 * (wk >> 2); e += blockDim.x) {
+        const int r = e / (wk >> 2), x = (e - r * (wk >> 2)) * 4;
+        *(float4 *)(P.dKw + c.ch * P.sW + (int64_t)r * P.KP + c0 + x) = *(const float4 *)(S.dKst + r * LDF + x);
+    }
+    row_reduce(64, wk, [&](int i, int x) { return S.dKst[i * LDF + x] * tof(S.Kws[i * LDT + x]); },
+               [&](int i, float v) { S.dga[i] = -v; });
+    __syncthreads();
+    if (warp == 0) {
+        float ht = 0.f;
+        for (int i = 0; i < NTHREADS / 32; i++) ht += S.red[i];
+        const float sd = warp_sum((lane < c.lc ? S.stdr[lane] : 0.f) + (lane + 32 < c.lc ? S.stdr[lane + 32] : 0.f));
+        float *out = P.dGa + c.ch * (int64_t)P.nkt * GDP_CHUNK + kt * GDP_CHUNK;
+        for (int i = lane; i < 64; i += 32) {
+            float val = S.dga[i];
+            if (i % n == 0 && i / n < c.ct) val += S.qdot[i / n];
+            if (i == (c.ct - 1) * n) val += gL * ht + sd;
+            out[i] = val;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- 7. bwd_b: WY backward */
+template <typename IT> struct BwdBSmem {
+    float *Gs, *br, *dbr, *dGr, *Zs, *dMs, *Af, *Tf, *F0, *F1, *F2;
+    IT *Top, *dTop, *Yop, *Dp, *b0, *b1, *b2;
+    __host__ __device__ static size_t carve(char *base, int rr, BwdBSmem *s) {
+        Carve cv(base);
+        BwdBSmem t;
+        t.Gs = cv.take<float>(64);
+        t.br = cv.take<float>(64);
+        t.dbr = cv.take<float>(64);
+        t.dGr = cv.take<float>(64);
+        t.Zs = cv.take<float>(768);
+        t.dMs = cv.take<float>(rr > 0 ? rr : 1);
+        t.Af = cv.take<float>(64 * LDA);
+        t.Tf = cv.take<float>(64 * LDA);
+        t.F0 = cv.take<float>(64 * LDF);
+        t.F1 = cv.take<float>(64 * LDF);
+        t.F2 = cv.take<float>(64 * LDF);
+        t.Top = cv.take<IT>(64 * LDT);
+        t.dTop = cv.take<IT>(64 * LDT);
+        t.Yop = cv.take<IT>(64 * LDT);
+        t.Dp = cv.take<IT>(64 * LDT);
+        t.b0 = cv.take<IT>(64 * LDT);
+        t.b1 = cv.take<IT>(64 * LDT);
+        t.b2 = cv.take<IT>(64 * LDT);
+        if (s) *s = t;
+        return cv.off;
+    }
+};
+
+template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_b(Params P) {
+    extern __shared__ __align__(16) char smem[];
+    ChunkCtx c;
+    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    const int n = P.n, tid = threadIdx.x, rr = P.mode == GDP_MODE_SPLIT ? n * n : 0;
+    const bool hh = P.mode == GDP_MODE_HOUSEHOLDER;
+    BwdBSmem<IT> S;
+    BwdBSmem<IT>::carve(smem, rr, &S);
+    load_gates<IT>(P, c, S.Gs, S.br);
+    for (int i = tid; i < 64; i += blockDim.x) {
+        S.dbr[i] = 0.f;
+        S.dGr[i] = 0.f;
+    }
+    for (int i = tid; i < rr; i += blockDim.x) S.dMs[i] = 0.f;
+    __syncthreads();
+    build_A<IT>(P, c, S.Gs, S.br, S.b0, S.b1, S.b2, S.Af, false, nullptr);
+    solve_T<IT>(S.Af, S.Tf, S.Top, S.Zs);
+    float *dT = S.Af; /* A is no longer needed */
+    for (int e = tid; e < 64 * 64; e += blockDim.x) dT[(e >> 6) * LDA + (e & 63)] = 0.f;
+    const IT *dWg = (const IT *)P.dW + c.ch * P.sW, *dDg = (const IT *)P.dD + c.ch * P.sD;
+    /* dT = dW X_r^T + dDelta X_v^T; dX_v = T^T dDelta -> dv, dbeta part */
+    for (int kt = 0; kt < P.nkt; kt++) {
+        const int c0 = kt * GDP_TILE, wk = min(GDP_TILE, P.KP - c0);
+        cp_tile(S.b0, LDT, dWg + c0, P.KP, 64, wk);
+        cp_commit();
+        load_r<IT>(P, c, S.b1, c0, wk, S.Gs, S.br, 1);
+        cp_wait<0>();
+        __syncthreads();
+        gemm(64, 64, smat(S.b0, LDT), smat(S.b1, LDT, true), wk, [&](int r, int cc) { return dT[r * LDA + cc]; },
+             [&](int r, int cc, float v) { dT[r * LDA + cc] = v; });
+        __syncthreads();
+    }
+    for (int vt = 0; vt < P.nvt; vt++) {
+        const int v0 = vt * GDP_TILE, wv = min(GDP_TILE, P.VP - v0);
+        cp_tile(S.b0, LDT, dDg + v0, P.VP, 64, wv);
+        cp_commit();
+        load_v<IT>(P, c, S.b2, v0, wv, S.br, 0);
+        load_v<IT>(P, c, S.b1, v0, wv, S.br, 1);
+        cp_wait<0>();
+        __syncthreads();
+        gemm(64, 64, smat(S.b0, LDT), smat(S.b1, LDT, true), wv, [&](int r, int cc) { return dT[r * LDA + cc]; },
+             [&](int r, int cc, float v) { dT[r * LDA + cc] = v; });
+        gemm(64, wv, smat(S.Top, LDT, true), smat(S.b0, LDT), 64, Zero(), [&](int r, int cc, float v) { S.F1[r * LDF + cc] = v; });
+        __syncthreads();
+        row_reduce(c.lc, wv, [&](int i, int x) { return S.F1[i * LDF + x] * tof(S.b2[i * LDT + x]); },
+                   [&](int i, float v) { S.dbr[i] += v; });
+        if (hh) {
+            for (int e = tid; e < 64 * wv; e += blockDim.x) {
+                const int i = e / wv, x = e - i * wv;
+                S.F2[i * LDF + x] = S.br[i] * S.F1[i * LDF + x];
+            }
+        } else {
+            for (int e = tid; e < c.ct * wv; e += blockDim.x) {
+                const int t = e / wv, x = e - t * wv;
+                float acc = 0.f;
+                for (int a = 0; a < n; a++) acc += S.br[t * n + a] * S.F1[(t * n + a) * LDF + x];
+                S.F2[t * LDF + x] = acc;
+            }
+        }
+        __syncthreads();
+        if (hh)
+            store_rows<IT>(S.F2, LDF, c.lc, wv, v0, P.V, P.vecv, [&](int i) {
+                return (IT *)P.dv + (((int64_t)c.tok0 * n + i) * P.H + c.h) * P.V;
+            });
+        else
+            store_rows<IT>(S.F2, LDF, c.ct, wv, v0, P.V, P.vecv,
+                           [&](int t) { return (IT *)P.dv + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.V; });
+        __syncthreads();
+    }
+    /* dA = -T^T (mask o dT) T^T; D = dA o E (earlier only), Dp = diag(beta) D */
+    for (int e = tid; e < 64 * 64; e += blockDim.x) {
+        const int i = e >> 6, j = e & 63;
+        const bool on = i < c.lc && j < c.lc && earlier(P, i, j);
+        S.dTop[i * LDT + j] = from_f32<IT>(on ? dT[i * LDA + j] : 0.f);
+    }
+    __syncthreads();
+    gemm(64, 64, smat(S.dTop, LDT), smat(S.Top, LDT, true), 64, Zero(),
+         [&](int r, int cc, float v) { S.Yop[r * LDT + cc] = from_f32<IT>(v); });
+    __syncthreads();
+    IT *Dop = S.dTop;
+    gemm(64, 64, smat(S.Top, LDT, true), smat(S.Yop, LDT), 64, Zero(), [&](int i, int j, float v) {
+        float d = 0.f;
+        if (i < c.lc && j < c.lc && earlier(P, i, j)) d = -v * expf(S.Gs[i / n] - S.Gs[j / n]);
+        Dop[i * LDT + j] = from_f32<IT>(d);
+        S.Dp[i * LDT + j] = from_f32<IT>(S.br[i] * d);
+    });
+    __syncthreads();
+    /* per K tile: dR = beta gamma T^T dW + beta D Kw; dKw = dKw_a + Dp^T R */
+    const int wsl = P.K / n;
+    const float *dKwg = P.dKw + c.ch * P.sW;
+    IT *Rb = hh ? S.b0 : S.b1;
+    for (int kt = 0; kt < P.nkt; kt++) {
+        const int c0 = kt * GDP_TILE, wk = min(GDP_TILE, P.KP - c0);
+        cp_tile(S.b2, LDT, dWg + c0, P.KP, 64, wk);
+        cp_tile(S.F0, LDF, dKwg + c0, P.KP, 64, wk);
+        cp_commit();
+        load_kw<IT>(P, c, S.b0, c0, wk);
+        if (!hh) load_r<IT>(P, c, S.b1, c0, wk, S.Gs, S.br, 0);
+        cp_wait<0>();
+        __syncthreads();
+        gemm(64, wk, smat(S.Top, LDT, true), smat(S.b2, LDT), 64, Zero(), [&](int r, int cc, float v) { S.F1[r * LDF + cc] = v; });
+        gemm(64, wk, smat(Dop, LDT), smat(S.b0, LDT), 64, Zero(), [&](int r, int cc, float v) { S.F2[r * LDF + cc] = v; });
+        __syncthreads();
+        {
+            const int warp = tid >> 5, lane = tid & 31;
+            for (int i = warp; i < c.lc; i += NTHREADS / 32) {
+                const float gi = expf(S.Gs[i / n]), bi = S.br[i];
+                float d1 = 0.f, d3 = 0.f;
+                for (int x = lane; x < wk; x += 32) {
+                    const float f1 = S.F1[i * LDF + x], f2 = S.F2[i * LDF + x], rv = tof(Rb[i * LDT + x]);
+                    d1 += f1 * rv;
+                    d3 += f2 * rv;
+                    S.F1[i * LDF + x] = bi * gi * f1 + bi * f2;
+                }
+                d1 = warp_sum(d1);
+                d3 = warp_sum(d3);
+                if (lane == 0) {
+                    S.dbr[i] += gi * d1 + d3;
+                    S.dGr[i] += bi * gi * d1 + bi * d3;
+                }
+            }
+        }
+        __syncthreads();
+        gemm(64, wk, smat(S.Dp, LDT, true), smat(Rb, LDT), 64, Zero(), [&](int r, int cc, float v) { S.F2[r * LDF + cc] = v; });
+        __syncthreads();
+        row_reduce(c.lc, wk,
+                   [&](int i, int x) {
+                       const float f = S.F2[i * LDF + x];
+                       S.F0[i * LDF + x] += f;
+                       return f * tof(S.b0[i * LDT + x]);
+                   },
+                   [&](int i, float v) { S.dGr[i] -= v; });
+        __syncthreads();
+        if (hh) {
+            for (int e = tid; e < 64 * wk; e += blockDim.x) {
+                const int i = e / wk, x = e - i * wk;
+                S.F2[i * LDF + x] = S.F1[i * LDF + x] + S.F0[i * LDF + x];
+            }
+        } else {
+            for (int e = tid; e < c.ct * wk; e += blockDim.x) {
+                const int t = e / wk, x = e - t * wk;
+                float acc = 0.f;
+                if (c0 + x < P.K) {
+                    const int b = (c0 + x) / wsl;
+                    acc = S.F0[(t * n + b) * LDF + x];
+                    for (int a = 0; a < n; a++) acc += P.mask[((int64_t)c.h * n + a) * n + b] * S.F1[(t * n + a) * LDF + x];
+                }
+                S.F2[t * LDF + x] = acc;
+            }
+            /* dM[a,b] += sum_t sum_{x in slice b} dR_(t,a)[x] k_t[x]  (k_t[x] = Kw_(t,b)[x]) */
+            const int warp = tid >> 5, lane = tid & 31;
+            for (int pr = warp; pr < rr; pr += NTHREADS / 32) {
+                const int a = pr / n, b = pr % n;
+                const int xlo = max(b * wsl, c0) - c0, xhi = min((b + 1) * wsl, min(c0 + wk, P.K)) - c0;
+                float s = 0.f;
+                if (xhi > xlo) {
+                    const int wx = xhi - xlo;
+                    for (int e = lane; e < c.ct * wx; e += 32) {
+                        const int t = e / wx, x = xlo + e - t * wx;
+                        s += S.F1[(t * n + a) * LDF + x] * tof(S.b0[(t * n + b) * LDT + x]);
+                    }
+                }
+                s = warp_sum(s);
+                if (lane == 0) S.dMs[pr] += s;
+            }
+        }
+        __syncthreads();
+        if (hh)
+            store_rows<IT>(S.F2, LDF, c.lc, wk, c0, P.K, P.veck, [&](int i) {
+                return (IT *)P.dk + (((int64_t)c.tok0 * n + i) * P.H + c.h) * P.K;
+            });
+        else
+            store_rows<IT>(S.F2, LDF, c.ct, wk, c0, P.K, P.veck,
+                           [&](int t) { return (IT *)P.dk + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.K; });
+        __syncthreads();
+    }
+    /* gate parts from bwd_a, dbeta, dg (reverse cumsum over the chunk's tokens), dM */
+    const float *dga = P.dGa + c.ch * (int64_t)P.nkt * GDP_CHUNK;
+    for (int i = tid; i < 64; i += blockDim.x) {
+        float s = S.dGr[i];
+        for (int kt = 0; kt < P.nkt; kt++) s += dga[kt * GDP_CHUNK + i];
+        S.dGr[i] = s;
+    }
+    IT *dbeta = (IT *)P.dbeta;
+    if (hh) {
+        for (int i = tid; i < c.lc; i += blockDim.x) dbeta[((int64_t)c.tok0 * n + i) * P.H + c.h] = from_f32<IT>(S.dbr[i]);
+    } else {
+        for (int t = tid; t < c.ct; t += blockDim.x) {
+            float acc = 0.f;
+            for (int a = 0; a < n; a++) acc += S.dbr[t * n + a];
+            dbeta[(int64_t)(c.tok0 + t) * P.H + c.h] = from_f32<IT>(acc);
+        }
+        for (int i = tid; i < rr; i += blockDim.x) P.dM[c.ch * rr + i] = S.dMs[i];
+    }
+    __syncthreads();
+    if (tid < 32 && P.dg) {
+        /* per-token sums, then a reverse inclusive scan over the tokens (warp shuffles) */
+        const int lane = tid;
+        float a = 0.f, b = 0.f;
+        for (int j = 0; j < n; j++) {
+            if (lane < c.ct) a += S.dGr[lane * n + j];
+            if (lane + 32 < c.ct) b += S.dGr[(lane + 32) * n + j];
+        }
+        /* reverse scan over 64 tokens: suffix sums; b half first */
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float ya = __shfl_down_sync(0xffffffffu, a, o), yb = __shfl_down_sync(0xffffffffu, b, o);
+            if (lane + o < 32) {
+                a += ya;
+                b += yb;
+            }
+        }
+        a += __shfl_sync(0xffffffffu, b, 0);
+        if (lane < c.ct) P.dg[(int64_t)(c.tok0 + lane) * P.H + c.h] = a;
+        if (lane + 32 < c.ct) P.dg[(int64_t)(c.tok0 + lane + 32) * P.H + c.h] = b;
+    }
+}
+
+/* ---------------------------------------------------------------- 8. dmask */
+__global__ void k_dmask(Params P) {
+    const int h = blockIdx.x, rr = P.n * P.n, total = P.seq[P.N].c0;
+    for (int e = threadIdx.x; e < rr; e += blockDim.x) {
+        float acc = 0.f;
+        for (int ci = 0; ci < total; ci++) acc += P.dM[((int64_t)ci * P.H + h) * rr + e];
+        P.dmask[(int64_t)h * rr + e] = acc;
+    }
+}
+
+/* ---------------------------------------------------------------- host side */
+static int max_smem_optin() {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 48 * 1024;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 48 * 1024;
+    return v;
+}
+
+#define GDP_CU(call)                                                                                          \
+    do {                                                                                                      \
+        cudaError_t e_ = (call);                                                                              \
+        if (e_ != cudaSuccess)                                                                                \
+            return gdp_fail(GDP_ERR_CUDA, "%s: CUDA call failed: %s: %s (%s:%d)", who, #call,                 \
+                            cudaGetErrorString(e_), __FILE__, __LINE__);                                      \
+    } while (0)
+
+static int device_attr(cudaDeviceAttr a, int fallback) {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, a, dev) != cudaSuccess) return fallback;
+    return v;
+}
+
+/* GDP_PROFILE=1 in the environment: every launch is timed (synchronously) and printed to stderr. */
+static bool profiling() {
+    const char *e = getenv("GDP_PROFILE");
+    return e && *e && *e != '0';
+}
+
+template <typename K> static GdpStatus launch(const char *who, const char *name, K kernel, dim3 grid, size_t smem,
+                                              cudaStream_t st, const Params &P) {
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0) return GDP_OK;
+    static_assert(sizeof(size_t) >= 8, "64-bit host");
+    int limit = max_smem_optin();
+    if (smem > (size_t)limit)
+        return gdp_fail(GDP_ERR_UNSUPPORTED,
+                        "%s: this shape (K=%d, V=%d, n=%d) needs %zu bytes of shared memory in one kernel, the GPU "
+                        "allows %d; use bf16 or smaller n",
+                        who, P.K, P.V, P.n, smem, limit);
+    if (smem > 48 * 1024) GDP_CU(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const bool prof = profiling();
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    if (prof) {
+        GDP_CU(cudaEventCreate(&e0));
+        GDP_CU(cudaEventCreate(&e1));
+        GDP_CU(cudaEventRecord(e0, st));
+    }
+    kernel<<<grid, NTHREADS, smem, st>>>(P);
+    GDP_CU(cudaGetLastError());
+    if (prof) {
+        GDP_CU(cudaEventRecord(e1, st));
+        GDP_CU(cudaEventSynchronize(e1));
+        float ms = 0.f;
+        GDP_CU(cudaEventElapsedTime(&ms, e0, e1));
+        fprintf(stderr, "gdp profile: %-8s grid %ux%ux%u smem %6zu bv %3d nst %d  %8.3f ms\n", name, grid.x, grid.y, grid.z,
+                smem, P.bv, P.nst, ms);
+        GDP_CU(cudaEventDestroy(e0));
+        GDP_CU(cudaEventDestroy(e1));
+    }
+    return GDP_OK;
+}
+#define LAUNCH(kernel, grid, smem)                                                                            \
+    do {                                                                                                      \
+        GdpStatus s_ = launch(who, #kernel, kernel, grid, smem, st, P);                                        \
+        if (s_ != GDP_OK) return s_;                                                                          \
+    } while (0)
+
+/* V-tile width and pipeline depth of the sequential kernels. The state (KP x bv fp32) must fit the
+ * register accumulators (KP*bv <= 16384) and the buffers the shared memory; among those, the
+ * fewest waves of CTAs (each CTA runs one whole sequential chain), then a cost that grows with
+ * the tile width, then two stages (prefetch) over one. */
+template <typename IT, typename Kern>
+static bool pick_bv(const GdpPlan &pl, bool dh, Kern kern, int &bv_out, int &nst_out) {
+    const int limit = max_smem_optin(), nsm = device_attr(cudaDevAttrMultiProcessorCount, 132);
+    const int sm_smem = device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor, 228 * 1024);
+    cudaFuncAttributes fa;
+    int regs = 128;
+    if (cudaFuncGetAttributes(&fa, kern) == cudaSuccess && fa.numRegs > 0) regs = fa.numRegs;
+    const int cands[3] = {128, 64, 32};
+    double best = 1e30;
+    bool found = false;
+    for (int ci = 0; ci < 3; ci++) {
+        const int bv = cands[ci] < pl.VP ? cands[ci] : pl.VP;
+        if (pl.KP * bv > 16384) continue;
+        for (int nst = 2; nst >= 1; nst--) {
+            const size_t b = dh ? DhSmem<IT>::carve(nullptr, pl.KP, pl.Ctp, bv, nst, nullptr)
+                                : StateSmem<IT>::carve(nullptr, pl.KP, bv, nst, nullptr);
+            if (b > (size_t)limit) continue;
+            int occ = (int)(sm_smem / (b + 1024));
+            const int occ_r = 65536 / (regs * NTHREADS);
+            if (occ_r < occ) occ = occ_r;
+            if (occ < 1) occ = 1;
+            const long ctas = (long)pl.N * pl.H * ((pl.VP + bv - 1) / bv);
+            const long waves = (ctas + (long)nsm * occ - 1) / ((long)nsm * occ);
+            const double cost = (double)waves * (1.0 + bv / 64.0) * (nst == 2 ? 1.0 : 1.3);
+            if (cost < best) {
+                best = cost;
+                bv_out = bv;
+                nst_out = nst;
+                found = true;
+            }
+        }
+    }
+    return found;
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+static GdpStatus check_common(const char *who, const GdpDesc *d) {
+    GdpStatus s = gdp_validate(d);
+    if (s != GDP_OK) return s;
+    if (d->dtype != GDP_F32 && d->dtype != GDP_BF16)
+        return gdp_fail(GDP_ERR_UNSUPPORTED, "%s: dtype %s is not supported on CUDA; use GDP_BF16 or GDP_F32", who,
+                        dtype_name(d->dtype));
+    if (d->K > 256 || d->V > 256)
+        return gdp_fail(GDP_ERR_UNSUPPORTED, "%s: K=%d, V=%d; the CUDA path supports K and V up to 256", who, d->K, d->V);
+    if (d->n > GDP_CHUNK)
+        return gdp_fail(GDP_ERR_UNSUPPORTED, "%s: n=%d; the CUDA path supports n up to %d (one token per chunk)", who,
+                        d->n, GDP_CHUNK);
+    return GDP_OK;
+}
+
+static void fill_params(const GdpDesc *d, const GdpPlan &pl, void *ws, Params &P) {
+    memset(&P, 0, sizeof P);
+    P.mode = (int)d->mode;
+    P.B = d->B;
+    P.T = d->T;
+    P.H = d->H;
+    P.K = d->K;
+    P.V = d->V;
+    P.n = d->n;
+    P.KP = pl.KP;
+    P.VP = pl.VP;
+    P.Ct = pl.Ct;
+    P.Ctp = pl.Ctp;
+    P.N = pl.N;
+    P.NCmax = pl.NCmax;
+    P.nkt = pl.nkt;
+    P.nvt = pl.nvt;
+    P.scale = (float)gdp_effective_scale(d);
+    P.cu = d->cu_seqlens;
+    char *w = (char *)ws;
+    P.seq = (GdpSeqInfo *)(w + pl.o_seq);
+    P.chunk = (GdpChunkInfo *)(w + pl.o_chunk);
+    P.G = (float *)(w + pl.o_G);
+    P.W = w + pl.o_W;
+    P.Kwd = w + pl.o_Kwd;
+    P.U = w + pl.o_U;
+    P.P = w + pl.o_P;
+    P.h = w + pl.o_h;
+    P.D = w + pl.o_D;
+    P.dh = w + pl.o_dh;
+    P.dD = w + pl.o_dD;
+    P.dW = w + pl.o_dW;
+    P.dKw = (float *)(w + pl.o_dKw);
+    P.dGa = (float *)(w + pl.o_dGa);
+    P.dM = (float *)(w + pl.o_dM);
+    P.sW = pl.sW;
+    P.sU = pl.sU;
+    P.sP = pl.sP;
+    P.sH = pl.sH;
+    P.sD = pl.sD;
+}
+
+/* tables, prep, state: shared by the forward and the backward (which recomputes h and Delta) */
+template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan &pl, Params &P, cudaStream_t st,
+                                                  int limit) {
+    if (!pick_bv<IT>(pl, false, k_state<IT>, P.bv, P.nst))
+        return gdp_fail(GDP_ERR_UNSUPPORTED, "%s: K=%d needs more shared memory than this GPU has", who, P.K);
+    k_tables<<<1, 32, 0, st>>>(P);
+    GDP_CU(cudaGetLastError());
+    k_chunks<<<(P.NCmax + 255) / 256, 256, 0, st>>>(P);
+    GDP_CU(cudaGetLastError());
+    const size_t sp = PrepSmem<IT>::carve(nullptr, nullptr);
+    const size_t ss = StateSmem<IT>::carve(nullptr, pl.KP, P.bv, P.nst, nullptr);
+    LAUNCH(k_prep<IT>, dim3(P.NCmax, P.H), sp);
+    LAUNCH(k_state<IT>, dim3(P.N * P.H, (P.VP + P.bv - 1) / P.bv), ss);
+    return GDP_OK;
+}
+
+template <typename IT> static GdpStatus forward_impl(const GdpDesc *d, const GdpForwardArgs *a, void *ws, cudaStream_t st) {
+    const char *who = "gdp_forward_cuda";
+    GdpPlan pl;
+    gdp_plan_make(d, &pl);
+    Params P;
+    fill_params(d, pl, ws, P);
+    P.q = a->q;
+    P.k = a->k;
+    P.v = a->v;
+    P.beta = a->beta;
+    P.g = (const float *)a->g;
+    P.mask = (const float *)a->mask;
+    P.h0 = (const float *)a->h0;
+    P.o = a->o;
+    P.ht = (float *)a->ht;
+    P.veck = d->K % 8 == 0 && aligned16(a->q) && aligned16(a->k);
+    P.vecv = d->V % 8 == 0 && aligned16(a->v) && aligned16(a->o);
+    const int limit = max_smem_optin();
+    GdpStatus s = run_front<IT>(who, pl, P, st, limit);
+    if (s != GDP_OK) return s;
+    LAUNCH(k_output<IT>, dim3(P.NCmax, P.H, P.nvt), OutSmem<IT>::carve(nullptr, pl.Ctp, nullptr));
+    return GDP_OK;
+}
+
+template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const GdpBackwardArgs *a, void *ws, cudaStream_t st) {
+    const char *who = "gdp_backward_cuda";
+    GdpPlan pl;
+    gdp_plan_make(d, &pl);
+    Params P;
+    fill_params(d, pl, ws, P);
+    P.q = a->q;
+    P.k = a->k;
+    P.v = a->v;
+    P.beta = a->beta;
+    P.g = (const float *)a->g;
+    P.mask = (const float *)a->mask;
+    P.h0 = (const float *)a->h0;
+    P.d_o = a->d_o;
+    P.dht = (const float *)a->dht;
+    P.dq = a->dq;
+    P.dk = a->dk;
+    P.dv = a->dv;
+    P.dbeta = a->dbeta;
+    P.dg = (float *)a->dg;
+    P.dmask = (float *)a->dmask;
+    P.dh0 = (float *)a->dh0;
+    P.veck = d->K % 8 == 0 && aligned16(a->q) && aligned16(a->k) && aligned16(a->dq) && aligned16(a->dk);
+    P.vecv = d->V % 8 == 0 && aligned16(a->v) && aligned16(a->d_o) && aligned16(a->dv);
+    const int limit = max_smem_optin();
+    GdpStatus s = run_front<IT>(who, pl, P, st, limit);
+    if (s != GDP_OK) return s;
+    if (!pick_bv<IT>(pl, true, k_dh<IT>, P.bv, P.nst))
+        return gdp_fail(GDP_ERR_UNSUPPORTED, "%s: K=%d needs more shared memory than this GPU has", who, P.K);
+    LAUNCH(k_dh<IT>, dim3(P.N * P.H, (P.VP + P.bv - 1) / P.bv), DhSmem<IT>::carve(nullptr, pl.KP, pl.Ctp, P.bv, P.nst, nullptr));
+    LAUNCH(k_bwd_a<IT>, dim3(P.NCmax, P.H, P.nkt), BwdASmem<IT>::carve(nullptr, pl.Ctp, nullptr));
+    const int rr = d->mode == GDP_MODE_SPLIT ? d->n * d->n : 0;
+    LAUNCH(k_bwd_b<IT>, dim3(P.NCmax, P.H), BwdBSmem<IT>::carve(nullptr, rr, nullptr));
+    if (rr && P.dmask) {
+        k_dmask<<<P.H, 256, 0, st>>>(P);
+        GDP_CU(cudaGetLastError());
+    }
+    return GDP_OK;
+}
+
+} // namespace gdp
+
+/* ---------------------------------------------------------------- public API */
+#define NEED(ptr, name)                                                                                       \
+    do {                                                                                                      \
+        if (!(ptr)) return gdp_fail(GDP_ERR_INVALID, "%s: '%s' is NULL; it is required", who, name);         \
+    } while (0)
+
+extern "C" size_t gdp_forward_workspace_bytes(const GdpDesc *desc) {
+    if (gdp_validate(desc) != GDP_OK) return 0;
+    GdpPlan pl;
+    gdp_plan_make(desc, &pl);
+    return pl.bytes_fwd;
+}
+
+extern "C" size_t gdp_backward_workspace_bytes(const GdpDesc *desc) {
+    if (gdp_validate(desc) != GDP_OK) return 0;
+    GdpPlan pl;
+    gdp_plan_make(desc, &pl);
+    return pl.bytes_bwd;
+}
+
+extern "C" GdpStatus gdp_forward_cuda(const GdpDesc *desc, const GdpForwardArgs *args, void *workspace,
+                                      size_t workspace_bytes, void *stream) {
+    const char *who = "gdp_forward_cuda";
+    GdpStatus s = gdp::check_common(who, desc);
+    if (s != GDP_OK) return s;
+    NEED(args, "args");
+    NEED(args->q, "q");
+    NEED(args->k, "k");
+    NEED(args->v, "v");
+    NEED(args->beta, "beta");
+    NEED(args->o, "o");
+    if (desc->mode == GDP_MODE_SPLIT) NEED(args->mask, "mask (split mode)");
+    if (desc->mode == GDP_MODE_HOUSEHOLDER && args->mask)
+        return gdp_fail(GDP_ERR_INVALID, "%s: householder mode takes no mask; pass mask = NULL", who);
+    const size_t need = gdp_forward_workspace_bytes(desc);
+    if (!workspace || workspace_bytes < need)
+        return gdp_fail(GDP_ERR_WORKSPACE, "%s: the workspace has %zu bytes, %zu are needed (gdp_forward_workspace_bytes)",
+                        who, workspace ? workspace_bytes : (size_t)0, need);
+    gdp_clear_error();
+    cudaStream_t st = (cudaStream_t)stream;
+    return desc->dtype == GDP_BF16 ? gdp::forward_impl<__nv_bfloat16>(desc, args, workspace, st)
+                                   : gdp::forward_impl<float>(desc, args, workspace, st);
+}
+
+extern "C" GdpStatus gdp_backward_cuda(const GdpDesc *desc, const GdpBackwardArgs *args, void *workspace,
+                                       size_t workspace_bytes, void *stream) {
+    const char *who = "gdp_backward_cuda";
+    GdpStatus s = gdp::check_common(who, desc);
+    if (s != GDP_OK) return s;
+    NEED(args, "args");
+    NEED(args->q, "q");
+    NEED(args->k, "k");
+    NEED(args->v, "v");
+    NEED(args->beta, "beta");
+    NEED(args->d_o, "d_o");
+    NEED(args->dq, "dq");
+    NEED(args->dk, "dk");
+    NEED(args->dv, "dv");
+    NEED(args->dbeta, "dbeta");
+    if (desc->mode == GDP_MODE_SPLIT) NEED(args->mask, "mask (split mode)");
+    if (desc->mode == GDP_MODE_HOUSEHOLDER && (args->mask || args->dmask))
+        return gdp_fail(GDP_ERR_INVALID, "%s: householder mode has no mask; pass mask = NULL and dmask = NULL", who);
+    const size_t need = gdp_backward_workspace_bytes(desc);
+    if (!workspace || workspace_bytes < need)
+        return gdp_fail(GDP_ERR_WORKSPACE,
+                        "%s: the workspace has %zu bytes, %zu are needed (gdp_backward_workspace_bytes)", who,
+                        workspace ? workspace_bytes : (size_t)0, need);
+    gdp_clear_error();
+    cudaStream_t st = (cudaStream_t)stream;
+    return desc->dtype == GDP_BF16 ? gdp::backward_impl<__nv_bfloat16>(desc, args, workspace, st)
+                                   : gdp::backward_impl<float>(desc, args, workspace, st);
+}

@@ -1,0 +1,311 @@
+/* Block-level tile products on shared memory for the Gated DeltaProduct kernels.
+ *
+ * A matrix in shared memory is a row-major array with a leading dimension `ld` (elements, a
+ * multiple of 8 so that every 8-element row segment is 16-byte aligned); `t` says whether the
+ * product uses it as stored or transposed. gemm() computes, for an M x N output (M a multiple of
+ * 16, N a multiple of 32), acc = init(r,c) + op(A1) op(B1) [+ op(A2) op(B2)] and calls
+ * epi(r, c, acc) once for every element. Warps take 16 x 32 output tiles round-robin; each
+ * element is initialised and finished by one thread, so init may read and epi may write the same
+ * shared element in place.
+ *
+ * bf16 operands go through the tensor cores (ldmatrix + mma.sync m16n8k16, fp32 accumulation);
+ * float operands through plain fp32 FMA with the same element ownership (the f32 path is for
+ * accuracy, not speed). Inner dimensions must be multiples of 16 and padded with zeros. */
+#pragma once
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+namespace gdp {
+
+template <typename T> struct SMat {
+    T *p;
+    int ld;
+    bool t; /* false: element (r,c) of the operand is p[r*ld + c]; true: p[c*ld + r] */
+};
+template <typename T> __device__ __forceinline__ SMat<T> smat(T *p, int ld, bool t = false) {
+    SMat<T> m;
+    m.p = p;
+    m.ld = ld;
+    m.t = t;
+    return m;
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, const void *ptr) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(ptr);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, const void *ptr) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(ptr);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(a));
+}
+__device__ __forceinline__ void mma_bf16(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* acc[nt][e] for the warp tile at (m0, n0): element e of n-tile nt is row m0 + g (+8 for e>=2),
+ * column n0 + nt*8 + 2*tq (+1 for odd e), g = lane/4, tq = lane%4 (the mma C layout). */
+__device__ __forceinline__ void mma_loop(float (&acc)[4][4], SMat<__nv_bfloat16> A, SMat<__nv_bfloat16> B, int K,
+                                         int m0, int n0) {
+    const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        uint32_t a[4];
+        if (!A.t)
+            ldsm_x4(a[0], a[1], a[2], a[3], A.p + (m0 + r + (mi & 1) * 8) * A.ld + k0 + (mi >> 1) * 8);
+        else
+            ldsm_x4_t(a[0], a[1], a[2], a[3], A.p + (k0 + (mi >> 1) * 8 + r) * A.ld + m0 + (mi & 1) * 8);
+#pragma unroll
+        for (int np = 0; np < 2; np++) {
+            uint32_t b[4]; /* b[nb*2 + kb] */
+            const int nb = mi >> 1, kb = mi & 1, nn = n0 + np * 16 + nb * 8;
+            if (!B.t)
+                ldsm_x4_t(b[0], b[1], b[2], b[3], B.p + (k0 + kb * 8 + r) * B.ld + nn);
+            else
+                ldsm_x4(b[0], b[1], b[2], b[3], B.p + (nn + r) * B.ld + k0 + kb * 8);
+            mma_bf16(acc[np * 2 + 0], a[0], a[1], a[2], a[3], b[0], b[1]);
+            mma_bf16(acc[np * 2 + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
+        }
+    }
+}
+
+__device__ __forceinline__ void mma_loop(float (&acc)[4][4], SMat<float> A, SMat<float> B, int K, int m0, int n0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int r0 = m0 + g, r1 = m0 + g + 8;
+    for (int k = 0; k < K; k++) {
+        float a0 = A.t ? A.p[k * A.ld + r0] : A.p[r0 * A.ld + k];
+        float a1 = A.t ? A.p[k * A.ld + r1] : A.p[r1 * A.ld + k];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+            const int c = n0 + nt * 8 + 2 * tq;
+            float b0 = B.t ? B.p[c * B.ld + k] : B.p[k * B.ld + c];
+            float b1 = B.t ? B.p[(c + 1) * B.ld + k] : B.p[k * B.ld + c + 1];
+            acc[nt][0] = fmaf(a0, b0, acc[nt][0]);
+            acc[nt][1] = fmaf(a0, b1, acc[nt][1]);
+            acc[nt][2] = fmaf(a1, b0, acc[nt][2]);
+            acc[nt][3] = fmaf(a1, b1, acc[nt][3]);
+        }
+    }
+}
+
+template <typename T, class Init, class Epi>
+__device__ __forceinline__ void gemm(int M, int N, SMat<T> A1, SMat<T> B1, int K1, SMat<T> A2, SMat<T> B2, int K2,
+                                     Init init, Epi epi) {
+    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, tq = lane & 3;
+    const int tn = N / 32, ntiles = (M / 16) * tn;
+    for (int tile = warp; tile < ntiles; tile += nw) {
+        const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 32;
+        float acc[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[nt][e] = init(m0 + g + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1));
+        mma_loop(acc, A1, B1, K1, m0, n0);
+        if (K2 > 0) mma_loop(acc, A2, B2, K2, m0, n0);
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) epi(m0 + g + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1), acc[nt][e]);
+    }
+}
+
+template <typename T, class Init, class Epi>
+__device__ __forceinline__ void gemm(int M, int N, SMat<T> A, SMat<T> B, int K, Init init, Epi epi) {
+    gemm(M, N, A, B, K, A, B, 0, init, epi);
+}
+
+struct Zero {
+    __device__ __forceinline__ float operator()(int, int) const { return 0.f; }
+};
+
+/* Deterministic per-row reductions: warp w takes rows w, w+nw, ...; lanes stride the columns and
+ * combine by a fixed butterfly; fn(i, x) gives the term, done(i, sum) runs on lane 0. */
+template <class Fn, class Done>
+__device__ __forceinline__ void row_reduce(int rows, int cols, Fn fn, Done done) {
+    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
+    for (int i = warp; i < rows; i += nw) {
+        float s = 0.f;
+        for (int x = lane; x < cols; x += 32) s += fn(i, x);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) done(i, s);
+    }
+}
+
+
+/* ---------------------------------------------------------------- persistent accumulators */
+/* A warp's share of an M x N fp32 result kept in registers across products: tile i of this warp
+ * is warp tile warp + i*nwarps (16 x 32, same numbering as gemm()), at most 4 per warp. */
+typedef float Acc[4][4][4];
+
+template <typename T>
+__device__ __forceinline__ void acc_gemm(Acc &acc, int M, int N, SMat<T> A, SMat<T> B, int K) {
+    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int tn = N / 32, ntiles = (M / 16) * tn;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int tile = warp + i * nw;
+        if (tile < ntiles) mma_loop(acc[i], A, B, K, (tile / tn) * 16, (tile % tn) * 32);
+    }
+}
+/* f(r, c, v&) for every element this thread owns */
+template <class F> __device__ __forceinline__ void acc_each(Acc &acc, int M, int N, F f) {
+    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, tq = lane & 3, tn = N / 32, ntiles = (M / 16) * tn;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int tile = warp + i * nw;
+        if (tile >= ntiles) continue;
+        const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 32;
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) f(m0 + g + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1), acc[i][nt][e]);
+    }
+}
+
+/* ---------------------------------------------------------------- tile movement */
+__device__ __forceinline__ void cp_async16(void *s, const void *g) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(g));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* Asynchronous copy of a rows x cols tile (cols * sizeof(T) a multiple of 16, both sides 16-byte
+ * aligned rows) from global (row stride ldg) to shared (ld lds). Needs cp_commit/cp_wait. */
+template <typename T> __device__ __forceinline__ void cp_tile(T *s, int lds, const T *g, int64_t ldg, int rows, int cols) {
+    constexpr int E = 16 / sizeof(T);
+    const int cpr = cols / E;
+    for (int e = threadIdx.x; e < rows * cpr; e += blockDim.x) {
+        const int r = e / cpr, c = (e - r * cpr) * E;
+        cp_async16(s + r * lds + c, g + r * ldg + c);
+    }
+}
+/* Shared -> global, 16 bytes at a time, f(r, c, v) applied to every element. */
+template <typename T, class F>
+__device__ __forceinline__ void st_tile_f(T *g, int64_t ldg, const T *s, int lds, int rows, int cols, F f) {
+    constexpr int E = 16 / sizeof(T);
+    const int cpr = cols / E;
+    for (int e = threadIdx.x; e < rows * cpr; e += blockDim.x) {
+        const int r = e / cpr, c = (e - r * cpr) * E;
+        uint4 u = *(const uint4 *)(s + r * lds + c);
+        T *el = (T *)&u;
+#pragma unroll
+        for (int j = 0; j < E; j++) el[j] = f(r, c + j, el[j]);
+        *(uint4 *)(g + r * ldg + c) = u;
+    }
+}
+template <typename T> __device__ __forceinline__ void st_tile(T *g, int64_t ldg, const T *s, int lds, int rows, int cols) {
+    st_tile_f(g, ldg, s, lds, rows, cols, [](int, int, T v) { return v; });
+}
+
+__device__ __forceinline__ float tof(float x) { return x; }
+__device__ __forceinline__ float tof(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T fromf(float x);
+template <> __device__ __forceinline__ float fromf<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 fromf<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+/* Rows of an input tensor into a shared tile: s[r][x] = f(r, c0+x, in) for x < cols, where
+ * in = rowp(r)[c0+x]; zero where rowp(r) is NULL or c0+x >= lim. 8 elements per thread step;
+ * vec: rows are 16-byte aligned and lim is a multiple of 8 (vector loads). cols % 8 == 0. */
+template <typename T, class RowP, class F>
+__device__ __forceinline__ void load_rows(T *s, int lds, int rows, int cols, int c0, int lim, bool vec, RowP rowp, F f) {
+    const int cpr = cols >> 3;
+    for (int e = threadIdx.x; e < rows * cpr; e += blockDim.x) {
+        const int r = e / cpr, x = (e - r * cpr) * 8;
+        const T *p = rowp(r);
+        float v[8];
+        if (p && vec && c0 + x + 8 <= lim) {
+            if (sizeof(T) == 2) {
+                uint4 u = *(const uint4 *)(p + c0 + x);
+                const T *el = (const T *)&u;
+#pragma unroll
+                for (int j = 0; j < 8; j++) v[j] = f(r, c0 + x + j, tof(el[j]));
+            } else {
+                float4 a = *(const float4 *)(p + c0 + x), b = *(const float4 *)(p + c0 + x + 4);
+                v[0] = f(r, c0 + x, a.x), v[1] = f(r, c0 + x + 1, a.y), v[2] = f(r, c0 + x + 2, a.z), v[3] = f(r, c0 + x + 3, a.w);
+                v[4] = f(r, c0 + x + 4, b.x), v[5] = f(r, c0 + x + 5, b.y), v[6] = f(r, c0 + x + 6, b.z), v[7] = f(r, c0 + x + 7, b.w);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = p && c0 + x + j < lim ? f(r, c0 + x + j, tof(p[c0 + x + j])) : 0.f;
+        }
+        T out[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) out[j] = fromf<T>(v[j]);
+        if (sizeof(T) == 2) {
+            *(uint4 *)(s + r * lds + x) = *(const uint4 *)out;
+        } else {
+            *(uint4 *)(s + r * lds + x) = *(const uint4 *)out;
+            *(uint4 *)(s + r * lds + x + 4) = *(const uint4 *)(out + 4);
+        }
+    }
+}
+/* Same, asynchronous where possible (identity transform): cp.async for full aligned 8-element
+ * pieces, plain loads and stores otherwise. Needs cp_commit/cp_wait. */
+template <typename T, class RowP>
+__device__ __forceinline__ void cp_rows(T *s, int lds, int rows, int cols, int c0, int lim, bool vec, RowP rowp) {
+    const int cpr = cols >> 3;
+    for (int e = threadIdx.x; e < rows * cpr; e += blockDim.x) {
+        const int r = e / cpr, x = (e - r * cpr) * 8;
+        const T *p = rowp(r);
+        if (p && vec && c0 + x + 8 <= lim) {
+            cp_async16(s + r * lds + x, p + c0 + x);
+            if (sizeof(T) == 4) cp_async16(s + r * lds + x + 4, p + c0 + x + 4);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) s[r * lds + x + j] = p && c0 + x + j < lim ? p[c0 + x + j] : fromf<T>(0.f);
+        }
+    }
+}
+
+/* One warp tile (tile index = warp) of an M x N product accumulated in registers; for results
+ * of at most 8 tiles (M*N <= 64*64 with 8 warps). Returns whether this warp owns a tile. */
+template <typename T>
+__device__ __forceinline__ bool tile_gemm(float (&acc)[4][4], int M, int N, SMat<T> A, SMat<T> B, int K) {
+    const int warp = threadIdx.x >> 5, tn = N / 32;
+    if (warp >= (M / 16) * tn) return false;
+    mma_loop(acc, A, B, K, (warp / tn) * 16, (warp % tn) * 32);
+    return true;
+}
+template <class F> __device__ __forceinline__ void tile_each(float (&acc)[4][4], int M, int N, F f) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tn = N / 32;
+    if (warp >= (M / 16) * tn) return;
+    const int m0 = (warp / tn) * 16, n0 = (warp % tn) * 32, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) f(m0 + g + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1), acc[nt][e]);
+}
+
+/* fp32 shared rows -> rows of an output tensor (type T): rowp(r)[c0+x] = s[r][x] for x < cols,
+ * c0+x < lim, rows with rowp(r) == NULL skipped; 8 elements per step, vector stores when vec. */
+template <typename T, class RowP>
+__device__ __forceinline__ void store_rows(const float *s, int lds, int rows, int cols, int c0, int lim, bool vec, RowP rowp) {
+    const int cpr = cols >> 3;
+    for (int e = threadIdx.x; e < rows * cpr; e += blockDim.x) {
+        const int r = e / cpr, x = (e - r * cpr) * 8;
+        T *p = rowp(r);
+        if (!p) continue;
+        if (vec && c0 + x + 8 <= lim) {
+            T out[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) out[j] = fromf<T>(s[r * lds + x + j]);
+            *(uint4 *)(p + c0 + x) = *(const uint4 *)out;
+            if (sizeof(T) == 4) *(uint4 *)(p + c0 + x + 4) = *(const uint4 *)(out + 4);
+        } else {
+            for (int j = 0; j < 8; j++)
+                if (c0 + x + j < lim) p[c0 + x + j] = fromf<T>(s[r * lds + x + j]);
+        }
+    }
+}
+
+} // namespace gdp

@@ -1,0 +1,30 @@
+/* Batched row-major GEMM: for every b < batch,
+ *     C_b[M,N] = op(A_b) op(B_b)          (accumulate 0)
+ *     C_b[M,N] = C_b + op(A_b) op(B_b)    (accumulate 1)
+ * op(A) is A stored [M,K], or with trans_a A stored [K,M] and transposed; op(B) is B stored
+ * [K,N], or with trans_b B stored [N,K] and transposed. A_b = A + b * stride_a (in elements) and
+ * likewise for B and C; a stride of 0 shares one matrix across the batch (a weight).
+ * CPU: f32 and f64, cache-blocked and packed, OpenMP over (batch, row block); each element of C
+ * is summed by one thread in a fixed order, so the result does not depend on the thread count.
+ * CUDA: f32 and bf16 through cuBLAS with fp32 compute (CUBLAS_COMPUTE_32F, no TF32), on the
+ * stream the handle is bound to. */
+#pragma once
+#include <stdint.h>
+
+#include "core/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void matmul_cpu(DType dt, void *c, const void *a, const void *b, int64_t batch, int64_t m, int64_t n, int64_t k,
+                int trans_a, int trans_b, int64_t stride_a, int64_t stride_b, int64_t stride_c, int accumulate);
+
+/* cublas_handle: a cublasHandle_t (ctx->cuda->cublas), already bound to the context's stream. */
+void matmul_cuda(DType dt, void *cublas_handle, void *c, const void *a, const void *b, int64_t batch, int64_t m,
+                 int64_t n, int64_t k, int trans_a, int trans_b, int64_t stride_a, int64_t stride_b, int64_t stride_c,
+                 int accumulate);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,39 @@
+/* RMSNorm over rows of C contiguous elements: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps);
+ * w [C] may be NULL (no scale). Forward stores rstd per row: in the storage dtype on the CPU,
+ * float32 on CUDA. Backward:
+ *   dx = rstd * (g - xhat * mean(g * xhat)),  g = dy * w,  xhat = x * rstd;
+ *   dw[c] = sum over rows of dy * xhat, reduced deterministically: on CUDA each of
+ *   rmsnorm_dw_chunks(rows) chunks of rows writes a float partial per column into `partial`
+ *   (chunks * C floats of device scratch), then the partials are summed in chunk order.
+ * `accumulate` adds into dx / dw instead of overwriting. */
+#pragma once
+#include <stdint.h>
+
+#include "core/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+static inline int64_t rmsnorm_dw_chunks(int64_t rows) {
+    int64_t k = (rows + 63) / 64;
+    return k < 1 ? 1 : (k > 1024 ? 1024 : k);
+}
+
+void rmsnorm_forward_cpu(DType dt, void *y, void *rstd, const void *x, const void *w, int64_t rows, int64_t C,
+                         double eps);
+void rmsnorm_backward_dx_cpu(DType dt, void *dx, const void *dy, const void *x, const void *w, const void *rstd,
+                             int64_t rows, int64_t C, int accumulate);
+void rmsnorm_backward_dw_cpu(DType dt, void *dw, const void *dy, const void *x, const void *rstd, int64_t rows,
+                             int64_t C, int accumulate);
+
+void rmsnorm_forward_cuda(DType dt, void *y, float *rstd, const void *x, const void *w, int64_t rows, int64_t C,
+                          double eps, void *stream);
+void rmsnorm_backward_dx_cuda(DType dt, void *dx, const void *dy, const void *x, const void *w, const float *rstd,
+                              int64_t rows, int64_t C, int accumulate, void *stream);
+void rmsnorm_backward_dw_cuda(DType dt, void *dw, float *partial, const void *dy, const void *x, const float *rstd,
+                              int64_t rows, int64_t C, int accumulate, void *stream);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,117 @@
+/* The Gated DeltaProduct layer, step by step as spec §3 lists it:
+ *   projections -> short causal convs + SiLU -> L2 norm of q, k (per head; split: per slice)
+ *   -> beta = sigmoid(b_proj x) (x2 with negative eigenvalues)
+ *   -> g = -exp(A_log) * softplus(a_proj x + dt_bias)
+ *   -> the GDP op -> gated RMSNorm per head -> o_proj. */
+#include "layers/gdp_layer.h"
+
+#include "core/common.h"
+#include "core/ops_fused.h"
+#include "layers/gated_deltaproduct.h"
+#include "layers/linear.h"
+
+#define L2NORM_EPS 1e-6
+
+static Tensor *conv_weight(ParamMaker *pm, const char *prefix, const char *what, int64_t channels, int width,
+                           double std) {
+    char name[GDP_NAME_LEN];
+    snprintf(name, sizeof name, "%s.%s.weight", prefix, what);
+    return pm_param(pm, name, SHAPE(channels, 1, width), true, INIT_NORMAL, std, 0);
+}
+
+static Tensor *proj(ParamMaker *pm, const char *prefix, const char *what, int64_t in, int64_t out, double std) {
+    char name[GDP_NAME_LEN];
+    snprintf(name, sizeof name, "%s.%s.weight", prefix, what);
+    return linear_new(pm, name, in, out, std);
+}
+
+void gdp_layer_new(GdpLayer *l, ParamMaker *pm, const ModelConfig *c, const char *prefix) {
+    memset(l, 0, sizeof *l);
+    const int64_t D = c->hidden_size, H = c->num_heads, kd = cfg_key_dim(c), vd = cfg_value_dim(c);
+    const int64_t s = cfg_slots(c);
+    const double std = c->initializer_range;
+    char name[GDP_NAME_LEN];
+    /* Registration order = fla's module order, so the flat layout reads like its state dict. */
+    l->q_proj = proj(pm, prefix, "q_proj", D, kd, std);
+    l->k_proj = proj(pm, prefix, "k_proj", D, s * kd, std);
+    l->v_proj = proj(pm, prefix, "v_proj", D, s * vd, std);
+    l->b_proj = proj(pm, prefix, "b_proj", D, s * H, std);
+    if (c->use_forget_gate) {
+        l->a_proj = proj(pm, prefix, "a_proj", D, H, std);
+        snprintf(name, sizeof name, "%s.A_log", prefix);
+        l->A_log = pm_param_custom(pm, name, SHAPE(H), false, init_a_log, NULL);
+        snprintf(name, sizeof name, "%s.dt_bias", prefix);
+        l->dt_bias = pm_param_custom(pm, name, SHAPE(H), false, init_dt_bias, NULL);
+    }
+    if (c->use_short_conv) {
+        l->q_conv = conv_weight(pm, prefix, "q_conv1d", kd, c->conv_size, std);
+        l->k_conv = conv_weight(pm, prefix, "k_conv1d", s * kd, c->conv_size, std);
+        l->v_conv = conv_weight(pm, prefix, "v_conv1d", s * vd, c->conv_size, std);
+    }
+    if (c->mode == GDP_MODE_SPLIT) {
+        static const int r_values[17] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+        snprintf(name, sizeof name, "%s.mask", prefix);
+        int r = c->num_householder;
+        l->mask = pm_param_custom(pm, name, SHAPE(H, r, r), false, init_identity_mask, &r_values[r]);
+    }
+    if (c->use_output_gate) l->g_proj = proj(pm, prefix, "g_proj", D, vd, std);
+    snprintf(name, sizeof name, "%s.o_norm.weight", prefix);
+    l->o_norm = pm_param(pm, name, SHAPE(cfg_head_v_dim(c)), false, INIT_ONES, 0, 0);
+    l->o_proj = proj(pm, prefix, "o_proj", vd, D, std);
+}
+
+/* Short causal conv (depthwise, no bias) + SiLU; plain SiLU without short convs (as fla). */
+static Tensor *conv_silu(Ctx *ctx, Tensor *x, Tensor *w) {
+    if (!w) return op_silu(ctx, x);
+    Tensor *w2 = op_reshape(ctx, w, SHAPE(w->shape[0], w->shape[2]));
+    return op_silu(ctx, op_conv1d_causal(ctx, x, w2));
+}
+
+Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Tensor *x) {
+    const int64_t B = x->shape[0], T = x->shape[1];
+    const int64_t H = c->num_heads, K = c->head_dim, V = cfg_head_v_dim(c), s = cfg_slots(c);
+    const bool split = c->mode == GDP_MODE_SPLIT;
+    const int64_t norm_group = split ? K / c->num_householder : K;
+
+    Tensor *q = conv_silu(ctx, linear_forward(ctx, x, l->q_proj), l->q_conv);
+    Tensor *k = conv_silu(ctx, linear_forward(ctx, x, l->k_proj), l->k_conv);
+    Tensor *v = conv_silu(ctx, linear_forward(ctx, x, l->v_proj), l->v_conv);
+    q = op_l2norm(ctx, q, norm_group, L2NORM_EPS);
+    k = op_l2norm(ctx, k, norm_group, L2NORM_EPS);
+
+    Tensor *beta = op_sigmoid(ctx, linear_forward(ctx, x, l->b_proj));
+    if (c->allow_neg_eigval) beta = op_scale(ctx, beta, 2.0);
+
+    Tensor *g = NULL;
+    if (c->use_forget_gate) {
+        /* g = -exp(A_log) * softplus(a_proj x + dt_bias), float32 (the model's dtype here). */
+        Tensor *a = op_add(ctx, linear_forward(ctx, x, l->a_proj), l->dt_bias);
+        Tensor *neg_A = op_scale(ctx, op_exp(ctx, l->A_log), -1.0);
+        g = op_mul(ctx, op_softplus(ctx, a), neg_A);
+    }
+
+    /* Slot-major channels (slot, head, dim) become the op's [B, T, n, H, K] layouts. */
+    Tensor *q4 = op_reshape(ctx, q, SHAPE(B, T, H, K));
+    Tensor *k4, *v4, *b4;
+    if (split) {
+        k4 = op_reshape(ctx, k, SHAPE(B, T, H, K));
+        v4 = op_reshape(ctx, v, SHAPE(B, T, H, V));
+        b4 = beta;
+    } else {
+        k4 = op_reshape(ctx, k, SHAPE(B, T, s, H, K));
+        v4 = op_reshape(ctx, v, SHAPE(B, T, s, H, V));
+        b4 = op_reshape(ctx, beta, SHAPE(B, T, s, H));
+    }
+    GdpOpArgs args = {
+        .mode = c->mode, .n = c->num_householder, .q = q4, .k = k4, .v = v4, .beta = b4, .g = g, .mask = l->mask};
+    Tensor *o = op_gated_deltaproduct(ctx, &args); /* [B, T, H, V] */
+
+    if (l->g_proj) {
+        Tensor *z = op_reshape(ctx, linear_forward(ctx, x, l->g_proj), SHAPE(B, T, H, V));
+        o = op_gated_rmsnorm(ctx, o, z, l->o_norm, c->norm_eps);
+    } else {
+        o = op_rmsnorm(ctx, o, l->o_norm, c->norm_eps);
+    }
+    o = op_reshape(ctx, o, SHAPE(B, T, H * V));
+    return linear_forward(ctx, o, l->o_proj);
+}

@@ -1,0 +1,96 @@
+#include "layers/model.h"
+
+#include "core/common.h"
+#include "layers/embedding.h"
+#include "layers/linear.h"
+
+static Tensor *norm_weight(ParamMaker *pm, const char *name, int64_t dim) {
+    return pm_param(pm, name, SHAPE(dim), false, INIT_ONES, 0, 0);
+}
+
+void model_build(Model *m, const ModelConfig *cfg, ParamMaker *pm) {
+    char err[512];
+    if (!model_config_validate(cfg, err, sizeof err)) gdp_fatal("model config: %s", err);
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->ctx = pm->ctx;
+    m->ps = pm->ps;
+    const int64_t D = cfg->hidden_size;
+    const double std = cfg->initializer_range;
+    pm_begin_bucket(pm);
+    m->embeddings = embedding_new(pm, "model.embeddings.weight", cfg->vocab_size, D, std);
+    m->blocks = (Block *)xcalloc((size_t)cfg->num_hidden_layers, sizeof(Block));
+    char name[GDP_NAME_LEN], prefix[GDP_NAME_LEN];
+    for (int i = 0; i < cfg->num_hidden_layers; i++) {
+        Block *b = &m->blocks[i];
+        pm_begin_bucket(pm);
+        snprintf(name, sizeof name, "model.layers.%d.attn_norm.weight", i);
+        b->attn_norm = norm_weight(pm, name, D);
+        snprintf(prefix, sizeof prefix, "model.layers.%d.attn", i);
+        gdp_layer_new(&b->attn, pm, cfg, prefix);
+        snprintf(name, sizeof name, "model.layers.%d.mlp_norm.weight", i);
+        b->mlp_norm = norm_weight(pm, name, D);
+        snprintf(prefix, sizeof prefix, "model.layers.%d.mlp", i);
+        mlp_new(&b->mlp, pm, cfg, prefix);
+    }
+    pm_begin_bucket(pm);
+    m->norm = norm_weight(pm, "model.norm.weight", D);
+    if (cfg->num_labels > 0)
+        m->head = linear_new(pm, "classifier.weight", D, cfg->num_labels, std);
+    else if (cfg->tie_word_embeddings)
+        m->head = m->embeddings;
+    else
+        m->head = linear_new(pm, "lm_head.weight", D, cfg->vocab_size, std);
+}
+
+void model_create(Model *m, const ModelConfig *cfg, Ctx *ctx, ParamStore *ps, uint64_t seed) {
+    params_init_store(ps, ctx);
+    ParamMaker pm;
+    pm_init_registry(&pm, ps);
+    model_build(m, cfg, &pm);
+    pm_free(&pm);
+    params_allocate(ps);
+    params_initialize(ps, seed);
+}
+
+void model_free(Model *m) { free_check(&m->blocks); }
+
+Tensor *model_forward(Model *m, Tensor *ids) {
+    Ctx *ctx = m->ctx;
+    const ModelConfig *c = &m->cfg;
+    char d[TENSOR_DESC_LEN];
+    GDP_CHECK(ids->ndim == 2 && ids->dtype == GDP_I32, "model_forward: ids must be int32 [B, T], got %s",
+              tensor_describe(ids, d, sizeof d));
+    Tensor *x = embedding_forward(ctx, m->embeddings, ids); /* [B, T, D] */
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        const Block *b = &m->blocks[i];
+        Tensor *h = op_rmsnorm(ctx, x, b->attn_norm, c->norm_eps);
+        x = op_add(ctx, x, gdp_layer_forward(ctx, &b->attn, c, h));
+        h = op_rmsnorm(ctx, x, b->mlp_norm, c->norm_eps);
+        x = op_add(ctx, x, mlp_forward(ctx, &b->mlp, h));
+    }
+    x = op_rmsnorm(ctx, x, m->norm, c->norm_eps);
+    return linear_forward(ctx, x, m->head);
+}
+
+Tensor *model_loss(Model *m, Tensor *ids, Tensor *targets) {
+    char a[TENSOR_DESC_LEN], b[TENSOR_DESC_LEN];
+    GDP_CHECK(targets->dtype == GDP_I32 && targets->numel == ids->numel,
+              "model_loss: targets %s must be int32 with one entry per input position %s",
+              tensor_describe(targets, a, sizeof a), tensor_describe(ids, b, sizeof b));
+    Tensor *logits = model_forward(m, ids);
+    int64_t rows = ids->numel, out = logits->shape[2];
+    Tensor *flat = op_reshape(m->ctx, logits, SHAPE(rows, out));
+    const Tensor *tflat = targets;
+    if (targets->ndim != 1) {
+        Tensor *t1 = tensor_view(m->ctx, targets, SHAPE(rows), (const int64_t[]){1}, 0);
+        tflat = t1;
+    }
+    return op_cross_entropy(m->ctx, flat, tflat);
+}
+
+Tensor *model_loss_host(Model *m, const int32_t *ids, const int32_t *targets, int64_t B, int64_t T) {
+    Tensor *ti = tensor_from_host(m->ctx, LIFE_ACT, GDP_I32, SHAPE(B, T), ids);
+    Tensor *tt = tensor_from_host(m->ctx, LIFE_ACT, GDP_I32, SHAPE(B * T), targets);
+    return model_loss(m, ti, tt);
+}

@@ -1,0 +1,40 @@
+/* What every layer module shares: a parameter maker. Modules register their parameters through
+ * it by fla name; it either
+ *   - registers them in a ParamStore (training, generation: float32 master weights in the flat
+ *     buffers, initialised later by params_initialize), or
+ *   - creates them at once as plain leaf tensors of any dtype on a context, initialised from the
+ *     same specs with its own RNG (gradient checks of whole models in float64).
+ * Same model code either way. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/common.h" /* Rng, which core/params.h uses */
+#include "core/ctx.h"
+#include "core/params.h"
+
+typedef struct ParamMaker {
+    ParamStore *ps; /* registry mode when not NULL */
+    Ctx *ctx;       /* the context tensors live on */
+    DType dtype;    /* direct mode: dtype of the leaves */
+    Rng rng;        /* direct mode: initialisation */
+    Tensor **made;  /* every parameter made, in order (both modes) */
+    int n_made, cap_made;
+} ParamMaker;
+
+void pm_init_registry(ParamMaker *pm, ParamStore *ps);
+void pm_init_direct(ParamMaker *pm, Ctx *ctx, DType dt, uint64_t seed);
+void pm_free(ParamMaker *pm); /* the list of made parameters (host memory) */
+
+Tensor *pm_param(ParamMaker *pm, const char *name, int ndim, const int64_t *shape, bool decay, ParamInit init,
+                 double a, double b);
+Tensor *pm_param_custom(ParamMaker *pm, const char *name, int ndim, const int64_t *shape, bool decay,
+                        ParamInitFn fn, const void *user);
+/* A new gradient bucket (one per layer) in registry mode; nothing in direct mode. */
+void pm_begin_bucket(ParamMaker *pm);
+
+/* Gate initialisers (spec §3): A_log = log U(0,16) clamped away from 0; dt_bias = softplus^-1(dt),
+ * dt = exp(U(log 1e-3, log 1e-1)) clamped >= 1e-4; the split-mode mask = identity (user: &r). */
+void init_a_log(float *host, int64_t numel, Rng *rng, const void *user);
+void init_dt_bias(float *host, int64_t numel, Rng *rng, const void *user);
+void init_identity_mask(float *host, int64_t numel, Rng *rng, const void *user);

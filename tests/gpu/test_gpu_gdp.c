@@ -1,0 +1,571 @@
+/* The Gated DeltaProduct CUDA kernels (kernels/gated_deltaproduct.cu) against float64 truth:
+ *   - every case of the reference vector file (f32 bound 1e-4, bf16 bound 2e-2, rel L2 per tensor);
+ *   - each kernel's intermediates against the float64 chunk model (tests/gpu/gdp_chunk_model.h);
+ *   - random shapes against gdp_forward_cpu / gdp_backward_cpu in float64 (T 1..1000, K and V
+ *     16..256, n 1..4, both modes, gate and h0 on/off, varlen);
+ *   - determinism (two backward runs bit-identical) and the error paths.
+ * Outputs and workspace are filled with NaN before every run, so an element nobody wrote fails.
+ * `test_gpu_gdp --sanitize` runs only a small case, for compute-sanitizer.
+ * Vector file: $GDP_VECTORS, else .carry/testdata/gdp_vectors.h5, else ../shared/testdata/gdp_vectors.h5. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime.h>
+
+#include "core/common.h"
+#include "kernels/gated_deltaproduct.h"
+#include "kernels/gated_deltaproduct_common.h"
+#include "tests/gpu/gdp_chunk_model.h"
+#include "tests/gpu/gpu_test.h"
+#include "train/vectors_h5.h"
+
+#define CK(call)                                                                                        \
+    do {                                                                                                \
+        cudaError_t e_ = (call);                                                                        \
+        if (e_ != cudaSuccess) gdp_fatal("CUDA call failed: %s: %s", #call, cudaGetErrorString(e_));     \
+    } while (0)
+
+/* ---------------------------------------------------------------- host <-> device helpers */
+static void *dev_upload(const double *x, int64_t n, DType dt) {
+    if (!x || n == 0) return NULL;
+    size_t es = dtype_size(dt);
+    void *h = xmalloc((size_t)n * es);
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == GDP_F32) ((float *)h)[i] = (float)x[i];
+        else ((uint16_t *)h)[i] = f32_to_bf16((float)x[i]);
+    }
+    void *d;
+    CK(cudaMalloc(&d, (size_t)n * es));
+    CK(cudaMemcpy(d, h, (size_t)n * es, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+static void *dev_poisoned(int64_t n, DType dt) {
+    if (n == 0) return NULL;
+    void *d;
+    CK(cudaMalloc(&d, (size_t)n * dtype_size(dt)));
+    CK(cudaMemset(d, 0xFF, (size_t)n * dtype_size(dt))); /* NaN in f32 and bf16 */
+    return d;
+}
+static double *dev_download(const void *d, int64_t n, DType dt) {
+    double *out = (double *)xcalloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    if (!d || n == 0) return out;
+    size_t es = dtype_size(dt);
+    void *h = xmalloc((size_t)n * es);
+    CK(cudaMemcpy(h, d, (size_t)n * es, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < n; i++) out[i] = dt == GDP_F32 ? ((float *)h)[i] : bf16_to_f32(((uint16_t *)h)[i]);
+    free(h);
+    return out;
+}
+
+/* relative L2 error; NaN or Inf anywhere gives +Inf */
+static double rel_l2(const double *x, const double *ref, int64_t n) {
+    double e = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) return INFINITY;
+        e += (x[i] - ref[i]) * (x[i] - ref[i]);
+        r += ref[i] * ref[i];
+    }
+    if (r == 0) return sqrt(e);
+    return sqrt(e / r);
+}
+
+/* ---------------------------------------------------------------- one op run on the GPU */
+typedef struct HostIO {
+    /* float64 inputs (NULL when absent) */
+    const double *q, *k, *v, *beta, *g, *mask, *h0, *d_o, *dht;
+    const int32_t *cu; /* host copy, or NULL */
+    /* float64 results */
+    double *o, *ht, *dq, *dk, *dv, *dbeta, *dg, *dmask, *dh0;
+} HostIO;
+
+static void hostio_free(HostIO *r) {
+    free(r->o); free(r->ht); free(r->dq); free(r->dk); free(r->dv); free(r->dbeta); free(r->dg); free(r->dmask);
+    free(r->dh0);
+}
+
+/* Runs forward and backward on CUDA in desc->dtype; results into io (malloc'd). If ws_copy is
+ * non-NULL it receives a host copy of the backward workspace (for the stage checks). */
+static int run_gpu(const GdpDesc *d0, HostIO *io, void **ws_copy, int want_bwd) {
+    GdpDesc d = *d0;
+    DType dt = d.dtype;
+    GdpSizes s = gdp_sizes(&d);
+    int32_t *cu_d = NULL;
+    if (io->cu) {
+        CK(cudaMalloc((void **)&cu_d, sizeof(int32_t) * (size_t)(d.n_seqs + 1)));
+        CK(cudaMemcpy(cu_d, io->cu, sizeof(int32_t) * (size_t)(d.n_seqs + 1), cudaMemcpyHostToDevice));
+        d.cu_seqlens = cu_d;
+    }
+    void *q = dev_upload(io->q, s.q, dt), *k = dev_upload(io->k, s.k, dt), *v = dev_upload(io->v, s.v, dt);
+    void *beta = dev_upload(io->beta, s.beta, dt), *d_o = dev_upload(io->d_o, s.o, dt);
+    void *g = dev_upload(io->g, s.g, GDP_F32), *mask = dev_upload(io->mask, s.mask, GDP_F32);
+    void *h0 = dev_upload(io->h0, s.state, GDP_F32), *dht = dev_upload(io->dht, s.state, GDP_F32);
+    void *o = dev_poisoned(s.o, dt), *ht = dev_poisoned(s.state, GDP_F32);
+    size_t wsb = gdp_backward_workspace_bytes(&d);
+    size_t wsf = gdp_forward_workspace_bytes(&d);
+    void *ws;
+    CK(cudaMalloc(&ws, wsb));
+    CK(cudaMemset(ws, 0xFF, wsb));
+    GdpForwardArgs fa = {q, k, v, beta, g, mask, h0, o, ht};
+    GdpStatus st = gdp_forward_cuda(&d, &fa, ws, wsf, NULL);
+    if (st != GDP_OK) {
+        printf("  gdp_forward_cuda: status %d: %s\n", (int)st, gdp_last_error());
+        return 1;
+    }
+    CK(cudaDeviceSynchronize());
+    io->o = dev_download(o, s.o, dt);
+    io->ht = dev_download(ht, s.state, GDP_F32);
+    void *dq = NULL, *dk = NULL, *dv = NULL, *dbeta = NULL, *dg = NULL, *dmask = NULL, *dh0 = NULL;
+    if (want_bwd) {
+        dq = dev_poisoned(s.q, dt), dk = dev_poisoned(s.k, dt), dv = dev_poisoned(s.v, dt);
+        dbeta = dev_poisoned(s.beta, dt), dg = dev_poisoned(s.g, GDP_F32);
+        dmask = d.mode == GDP_MODE_SPLIT ? dev_poisoned(s.mask, GDP_F32) : NULL;
+        dh0 = dev_poisoned(s.state, GDP_F32);
+        CK(cudaMemset(ws, 0xFF, wsb));
+        GdpBackwardArgs ba = {q, k, v, beta, g, mask, h0, d_o, dht, dq, dk, dv, dbeta, dg, dmask, dh0};
+        st = gdp_backward_cuda(&d, &ba, ws, wsb, NULL);
+        if (st != GDP_OK) {
+            printf("  gdp_backward_cuda: status %d: %s\n", (int)st, gdp_last_error());
+            return 1;
+        }
+        CK(cudaDeviceSynchronize());
+        io->dq = dev_download(dq, s.q, dt);
+        io->dk = dev_download(dk, s.k, dt);
+        io->dv = dev_download(dv, s.v, dt);
+        io->dbeta = dev_download(dbeta, s.beta, dt);
+        io->dg = dev_download(dg, s.g, GDP_F32);
+        io->dmask = dev_download(dmask, s.mask, GDP_F32);
+        io->dh0 = dev_download(dh0, s.state, GDP_F32);
+        if (ws_copy) {
+            *ws_copy = xmalloc(wsb);
+            CK(cudaMemcpy(*ws_copy, ws, wsb, cudaMemcpyDeviceToHost));
+        }
+    }
+    void *all[] = {q, k, v, beta, d_o, g, mask, h0, dht, o, ht, ws, dq, dk, dv, dbeta, dg, dmask, dh0, cu_d};
+    for (size_t i = 0; i < GDP_ARRAY_LEN(all); i++)
+        if (all[i]) CK(cudaFree(all[i]));
+    return 0;
+}
+
+/* Compares every tensor; returns the number over bound and prints one line. */
+static int compare(const char *label, const GdpDesc *d, const HostIO *got, const HostIO *ref, double bound, int bwd,
+                   double *worst_out) {
+    GdpSizes s = gdp_sizes(d);
+    struct {
+        const char *name;
+        const double *a, *b;
+        int64_t n;
+    } t[] = {{"o", got->o, ref->o, s.o},         {"ht", got->ht, ref->ht, s.state},   {"dq", got->dq, ref->dq, s.q},
+             {"dk", got->dk, ref->dk, s.k},      {"dv", got->dv, ref->dv, s.v},       {"dbeta", got->dbeta, ref->dbeta, s.beta},
+             {"dg", got->dg, ref->dg, s.g},      {"dmask", got->dmask, ref->dmask, s.mask},
+             {"dh0", got->dh0, ref->dh0, s.state}};
+    int fails = 0;
+    double worst = 0;
+    char line[1024];
+    int o = snprintf(line, sizeof line, "  %-34s", label);
+    for (size_t i = 0; i < GDP_ARRAY_LEN(t); i++) {
+        if (!bwd && i >= 2) break;
+        if (t[i].n == 0 || !t[i].a || !t[i].b) continue;
+        double e = rel_l2(t[i].a, t[i].b, t[i].n);
+        if (!(e <= bound)) fails++;
+        if (!(e <= worst)) worst = e;
+        o += snprintf(line + o, sizeof line - (size_t)o, " %s %.1e%s", t[i].name, e, e <= bound ? "" : "(!)");
+    }
+    printf("%s  %s\n", line, fails ? "FAIL" : "ok");
+    if (worst_out) *worst_out = worst;
+    return fails;
+}
+
+/* ---------------------------------------------------------------- the vector file */
+static const char *vectors_path(void) {
+    const char *e = getenv("GDP_VECTORS");
+    if (e && *e) return e;
+    if (access(".carry/testdata/gdp_vectors.h5", R_OK) == 0) return ".carry/testdata/gdp_vectors.h5";
+    return "../shared/testdata/gdp_vectors.h5";
+}
+
+static void vectors_case(int *failures, DType dt, double bound) {
+    GdpVecFile f;
+    gdp_vectors_load(vectors_path(), &f);
+    for (int i = 0; i < f.n_cases; i++) {
+        const GdpVecCase *c = &f.cases[i];
+        GdpDesc d = gdp_vec_desc(c, dt);
+        HostIO io = {.q = c->q, .k = c->k, .v = c->v, .beta = c->beta, .g = c->gate ? c->g : NULL,
+                     .mask = c->mode == GDP_MODE_SPLIT ? c->mask : NULL, .h0 = c->has_h0 ? c->h0 : NULL,
+                     .d_o = c->d_o, .dht = c->dht};
+        HostIO ref = {0};
+        ref.o = c->o, ref.ht = c->ht, ref.dq = c->dq, ref.dk = c->dk, ref.dv = c->dv, ref.dbeta = c->dbeta;
+        ref.dg = c->dg, ref.dmask = c->dmask, ref.dh0 = c->dh0;
+        if (run_gpu(&d, &io, NULL, 1)) {
+            (*failures)++;
+            continue;
+        }
+        char label[96];
+        snprintf(label, sizeof label, "%s %s", c->name, dtype_name(dt));
+        int bad = compare(label, &d, &io, &ref, bound, 1, NULL);
+        GPU_EXPECT(bad == 0, "vector case %s in %s: %d tensors over %.0e", c->name, dtype_name(dt), bad, bound);
+        hostio_free(&io);
+    }
+    gdp_vectors_free(&f);
+}
+
+GPU_TEST(vectors_f32) { vectors_case(failures, GDP_F32, 1e-4); }
+GPU_TEST(vectors_bf16) { vectors_case(failures, GDP_BF16, 2e-2); }
+
+/* ---------------------------------------------------------------- random inputs */
+static double rnd_u(Rng *r) { return rng_uniform(r); }
+static double rnd_n(Rng *r) { return rng_normal(r); }
+
+typedef struct RandCase {
+    GdpMode mode;
+    int B, T, H, K, V, n, gate, h0, nseq; /* nseq > 0: varlen with that many sequences (B = 1) */
+} RandCase;
+
+typedef struct RandData {
+    GdpDesc d;
+    int32_t cu[16];
+    double *q, *k, *v, *beta, *g, *mask, *h0, *d_o, *dht;
+} RandData;
+
+static void rand_make(const RandCase *rc, uint64_t seed, RandData *r) {
+    memset(r, 0, sizeof *r);
+    Rng rng;
+    rng_seed(&rng, seed);
+    GdpDesc *d = &r->d;
+    d->mode = rc->mode, d->B = rc->B, d->T = rc->T, d->H = rc->H, d->K = rc->K, d->V = rc->V, d->n = rc->n;
+    d->dtype = GDP_F64;
+    if (rc->nseq > 0) {
+        d->B = 1;
+        int N = rc->nseq;
+        r->cu[0] = 0;
+        for (int i = 1; i < N; i++) { /* strictly increasing cut points */
+            int lo = r->cu[i - 1] + 1, hi = rc->T - (N - i);
+            r->cu[i] = lo + (int)rng_below(&rng, (uint64_t)(hi - lo + 1));
+        }
+        r->cu[N] = rc->T;
+        d->cu_seqlens = r->cu;
+        d->n_seqs = N;
+    }
+    GdpSizes s = gdp_sizes(d);
+    r->q = (double *)xmalloc(sizeof(double) * (size_t)s.q);
+    r->k = (double *)xmalloc(sizeof(double) * (size_t)s.k);
+    r->v = (double *)xmalloc(sizeof(double) * (size_t)s.v);
+    r->beta = (double *)xmalloc(sizeof(double) * (size_t)s.beta);
+    r->d_o = (double *)xmalloc(sizeof(double) * (size_t)s.o);
+    r->dht = (double *)xmalloc(sizeof(double) * (size_t)s.state);
+    for (int64_t i = 0; i < s.q; i++) r->q[i] = rnd_n(&rng);
+    for (int64_t i = 0; i < s.k; i++) r->k[i] = rnd_n(&rng);
+    const int w = rc->mode == GDP_MODE_SPLIT ? rc->K / rc->n : rc->K; /* unit norm per slot / slice */
+    for (int64_t i = 0; i < s.k / w; i++) {
+        double a = 0;
+        for (int x = 0; x < w; x++) a += r->k[i * w + x] * r->k[i * w + x];
+        a = sqrt(a);
+        for (int x = 0; x < w; x++) r->k[i * w + x] /= a;
+    }
+    for (int64_t i = 0; i < s.v; i++) r->v[i] = rnd_n(&rng);
+    for (int64_t i = 0; i < s.beta; i++) r->beta[i] = 2.0 * rnd_u(&rng);
+    for (int64_t i = 0; i < s.o; i++) r->d_o[i] = rnd_n(&rng);
+    for (int64_t i = 0; i < s.state; i++) r->dht[i] = rnd_n(&rng);
+    if (rc->gate) {
+        r->g = (double *)xmalloc(sizeof(double) * (size_t)s.g);
+        for (int64_t i = 0; i < s.g; i++) r->g[i] = -log1p(exp(-(rnd_n(&rng) + 2.0))); /* logsigmoid(N+2) */
+    }
+    if (rc->h0) {
+        r->h0 = (double *)xmalloc(sizeof(double) * (size_t)s.state);
+        for (int64_t i = 0; i < s.state; i++) r->h0[i] = 0.5 * rnd_n(&rng);
+    }
+    if (rc->mode == GDP_MODE_SPLIT) {
+        r->mask = (double *)xmalloc(sizeof(double) * (size_t)s.mask);
+        for (int64_t i = 0; i < s.mask; i++) {
+            int e = (int)(i % (rc->n * rc->n));
+            r->mask[i] = (e / rc->n == e % rc->n ? 1.0 : 0.0) + 0.3 * rnd_n(&rng);
+        }
+    }
+}
+
+static void rand_free(RandData *r) {
+    free(r->q); free(r->k); free(r->v); free(r->beta); free(r->g); free(r->mask); free(r->h0); free(r->d_o);
+    free(r->dht);
+}
+
+static HostIO hio(const RandData *r, const int32_t *cu) {
+    HostIO io = {.q = r->q, .k = r->k, .v = r->v, .beta = r->beta, .g = r->g, .mask = r->mask, .h0 = r->h0,
+                 .d_o = r->d_o, .dht = r->dht, .cu = cu};
+    return io;
+}
+
+/* CPU float64 reference of forward and backward */
+static void cpu_ref(const RandData *r, HostIO *ref) {
+    GdpDesc d = r->d;
+    d.dtype = GDP_F64;
+    GdpSizes s = gdp_sizes(&d);
+    memset(ref, 0, sizeof *ref);
+    ref->o = (double *)xcalloc((size_t)s.o, 8);
+    ref->ht = (double *)xcalloc((size_t)s.state, 8);
+    ref->dq = (double *)xcalloc((size_t)s.q, 8);
+    ref->dk = (double *)xcalloc((size_t)s.k, 8);
+    ref->dv = (double *)xcalloc((size_t)s.v, 8);
+    ref->dbeta = (double *)xcalloc((size_t)s.beta, 8);
+    ref->dg = (double *)xcalloc((size_t)s.g, 8);
+    ref->dmask = s.mask ? (double *)xcalloc((size_t)s.mask, 8) : NULL;
+    ref->dh0 = (double *)xcalloc((size_t)s.state, 8);
+    GdpForwardArgs fa = {r->q, r->k, r->v, r->beta, r->g, r->mask, r->h0, ref->o, ref->ht};
+    GdpStatus st = gdp_forward_cpu(&d, &fa);
+    if (st != GDP_OK) gdp_fatal("gdp_forward_cpu: %s", gdp_last_error());
+    GdpBackwardArgs ba = {r->q, r->k, r->v, r->beta, r->g, r->mask, r->h0, r->d_o, r->dht,
+                          ref->dq, ref->dk, ref->dv, ref->dbeta, ref->dg, ref->dmask, ref->dh0};
+    st = gdp_backward_cpu(&d, &ba);
+    if (st != GDP_OK) gdp_fatal("gdp_backward_cpu: %s", gdp_last_error());
+}
+
+static const RandCase rand_cases[] = {
+    /* mode, B, T, H, K, V, n, gate, h0, nseq */
+    {GDP_MODE_HOUSEHOLDER, 1, 1, 2, 16, 16, 1, 1, 1, 0},
+    {GDP_MODE_HOUSEHOLDER, 2, 63, 1, 64, 64, 2, 1, 0, 0},
+    {GDP_MODE_HOUSEHOLDER, 1, 64, 2, 100, 64, 3, 0, 1, 0},
+    {GDP_MODE_HOUSEHOLDER, 2, 65, 1, 128, 100, 1, 1, 1, 0},
+    {GDP_MODE_HOUSEHOLDER, 1, 1000, 1, 64, 128, 2, 1, 1, 0},
+    {GDP_MODE_HOUSEHOLDER, 1, 1000, 1, 128, 128, 4, 1, 1, 5},
+    {GDP_MODE_HOUSEHOLDER, 1, 65, 1, 256, 256, 2, 1, 1, 0},
+    {GDP_MODE_HOUSEHOLDER, 1, 200, 1, 256, 16, 3, 0, 0, 3},
+    {GDP_MODE_HOUSEHOLDER, 1, 130, 2, 16, 256, 4, 1, 1, 0},
+    {GDP_MODE_HOUSEHOLDER, 1, 1000, 2, 128, 64, 1, 1, 0, 0},
+    {GDP_MODE_SPLIT, 1, 1, 1, 16, 16, 2, 1, 1, 0},
+    {GDP_MODE_SPLIT, 2, 63, 1, 64, 64, 2, 1, 1, 0},
+    {GDP_MODE_SPLIT, 1, 64, 2, 128, 100, 4, 0, 1, 0},
+    {GDP_MODE_SPLIT, 1, 65, 1, 100, 128, 4, 1, 0, 0},
+    {GDP_MODE_SPLIT, 1, 1000, 1, 256, 256, 2, 1, 1, 4},
+    {GDP_MODE_SPLIT, 1, 300, 1, 64, 16, 1, 1, 1, 0},
+    {GDP_MODE_SPLIT, 1, 200, 2, 96, 64, 3, 1, 1, 2},
+    {GDP_MODE_SPLIT, 1, 1000, 1, 64, 64, 4, 1, 1, 0},
+};
+
+static void random_case(int *failures, const RandCase *rc, uint64_t seed) {
+    RandData r;
+    rand_make(rc, seed, &r);
+    HostIO ref;
+    cpu_ref(&r, &ref);
+    const DType dts[2] = {GDP_F32, GDP_BF16};
+    const double bounds[2] = {1e-4, 2e-2};
+    for (int di = 0; di < 2; di++) {
+        GdpDesc d = r.d;
+        d.dtype = dts[di];
+        HostIO io = hio(&r, d.cu_seqlens);
+        if (run_gpu(&d, &io, NULL, 1)) {
+            (*failures)++;
+            continue;
+        }
+        char label[128];
+        snprintf(label, sizeof label, "%s T%d K%d V%d n%d g%d h%d vl%d %s", rc->mode == GDP_MODE_SPLIT ? "split" : "hh",
+                 rc->T, rc->K, rc->V, rc->n, rc->gate, rc->h0, rc->nseq, dtype_name(dts[di]));
+        int bad = compare(label, &d, &io, &ref, bounds[di], 1, NULL);
+        GPU_EXPECT(bad == 0, "random case %s: %d tensors over %.0e", label, bad, bounds[di]);
+        hostio_free(&io);
+    }
+    hostio_free(&ref);
+    rand_free(&r);
+}
+
+GPU_TEST(random_shapes_vs_cpu_f64) {
+    for (size_t i = 0; i < GDP_ARRAY_LEN(rand_cases); i++) random_case(failures, &rand_cases[i], 1000 + i);
+}
+
+/* ---------------------------------------------------------------- stage checks against the model */
+static double stage_err(const GdpModel *m, const void *ws, size_t off, const double *ref, int64_t per_ch, int as_f32) {
+    /* over the valid chunk-heads only; as_f32: the buffer is float (f32 path: every buffer is) */
+    (void)as_f32;
+    const float *w = (const float *)((const char *)ws + off);
+    double e = 0, r = 0;
+    const int64_t n = (int64_t)m->nchunks * m->p.H * per_ch;
+    for (int64_t i = 0; i < n; i++) {
+        double x = w[i];
+        if (!isfinite(x)) return INFINITY;
+        e += (x - ref[i]) * (x - ref[i]);
+        r += ref[i] * ref[i];
+    }
+    return r > 0 ? sqrt(e / r) : sqrt(e);
+}
+
+static void stage_case(int *failures, const RandCase *rc, uint64_t seed) {
+    RandData r;
+    rand_make(rc, seed, &r);
+    GdpDesc d = r.d;
+    d.dtype = GDP_F32;
+    HostIO io = hio(&r, d.cu_seqlens);
+    void *ws = NULL;
+    if (run_gpu(&d, &io, &ws, 1)) {
+        (*failures)++;
+        rand_free(&r);
+        return;
+    }
+    GdpModel m;
+    gdpm_init(&d, d.cu_seqlens, &m, 1);
+    GdpModelIn in = {r.q, r.k, r.v, r.beta, r.g, r.mask, r.h0, r.d_o, r.dht};
+    GdpSizes s = gdp_sizes(&d);
+    HostIO mo = {0};
+    mo.o = (double *)xcalloc((size_t)s.o, 8), mo.ht = (double *)xcalloc((size_t)s.state, 8);
+    mo.dq = (double *)xcalloc((size_t)s.q, 8), mo.dk = (double *)xcalloc((size_t)s.k, 8);
+    mo.dv = (double *)xcalloc((size_t)s.v, 8), mo.dbeta = (double *)xcalloc((size_t)s.beta, 8);
+    mo.dg = (double *)xcalloc((size_t)s.g, 8), mo.dh0 = (double *)xcalloc((size_t)s.state, 8);
+    mo.dmask = s.mask ? (double *)xcalloc((size_t)s.mask, 8) : NULL;
+    gdpm_forward(&d, &in, &m, mo.o, mo.ht);
+    gdpm_backward(&d, &in, &m, mo.dq, mo.dk, mo.dv, mo.dbeta, mo.dg, mo.dmask, mo.dh0);
+    const GdpPlan *p = &m.p;
+    /* tables */
+    const GdpChunkInfo *gc = (const GdpChunkInfo *)((const char *)ws + p->o_chunk);
+    int table_bad = 0;
+    for (int ci = 0; ci < m.nchunks; ci++)
+        if (gc[ci].seq != m.chunk[ci].seq || gc[ci].tok0 != m.chunk[ci].tok0 || gc[ci].ct != m.chunk[ci].ct) table_bad++;
+    GPU_EXPECT(table_bad == 0, "chunk table differs from the model in %d of %d entries", table_bad, m.nchunks);
+    /* dGa: sum the K tiles */
+    const int64_t CHv = (int64_t)m.nchunks * p->H;
+    double *dga = (double *)xcalloc((size_t)(CHv * 64), 8);
+    const float *wdga = (const float *)((const char *)ws + p->o_dGa);
+    int dga_nan = 0;
+    for (int64_t ch = 0; ch < CHv; ch++)
+        for (int i = 0; i < 64; i++) {
+            double a = 0;
+            for (int kt = 0; kt < p->nkt; kt++) a += wdga[ch * p->sdGa + kt * 64 + i];
+            if (!isfinite(a)) dga_nan++;
+            dga[ch * 64 + i] = a;
+        }
+    double e_dga = 0, r_dga = 0;
+    for (int64_t i = 0; i < CHv * 64; i++) {
+        e_dga += (dga[i] - m.dGa[i]) * (dga[i] - m.dGa[i]);
+        r_dga += m.dGa[i] * m.dGa[i];
+    }
+    struct {
+        const char *name;
+        size_t off;
+        const double *ref;
+        int64_t per;
+    } st[] = {{"G", p->o_G, m.G, p->sG},       {"W", p->o_W, m.W, p->sW},     {"Kwd", p->o_Kwd, m.Kwd, p->sW},
+              {"U", p->o_U, m.U, p->sU},       {"P", p->o_P, m.P, p->sP},     {"h", p->o_h, m.h, p->sH},
+              {"Delta", p->o_D, m.D, p->sD},   {"dh", p->o_dh, m.dh, p->sH},  {"dDelta", p->o_dD, m.dD, p->sD},
+              {"dW", p->o_dW, m.dW, p->sW},    {"dKw", p->o_dKw, m.dKw, p->sW}};
+    char line[1024];
+    int o = snprintf(line, sizeof line, "  stages %s T%d K%d V%d n%d:", rc->mode == GDP_MODE_SPLIT ? "split" : "hh", rc->T,
+                     rc->K, rc->V, rc->n);
+    for (size_t i = 0; i < GDP_ARRAY_LEN(st); i++) {
+        double e = stage_err(&m, ws, st[i].off, st[i].ref, st[i].per, 1);
+        o += snprintf(line + o, sizeof line - (size_t)o, " %s %.1e", st[i].name, e);
+        GPU_EXPECT(e <= 1e-4, "stage %s: rel err %.3e against the float64 chunk model", st[i].name, e);
+    }
+    double edga = dga_nan ? INFINITY : (r_dga > 0 ? sqrt(e_dga / r_dga) : sqrt(e_dga));
+    snprintf(line + o, sizeof line - (size_t)o, " dGa %.1e", edga);
+    printf("%s\n", line);
+    GPU_EXPECT(edga <= 1e-4, "stage dGa: rel err %.3e against the float64 chunk model", edga);
+    int bad = compare("model vs gpu (f32)", &d, &io, &mo, 1e-4, 1, NULL);
+    GPU_EXPECT(bad == 0, "final tensors differ from the chunk model");
+    free(dga);
+    free(ws);
+    gdpm_free(&m);
+    hostio_free(&mo);
+    hostio_free(&io);
+    rand_free(&r);
+}
+
+GPU_TEST(stages_vs_chunk_model_f32) {
+    const RandCase cs[] = {
+        {GDP_MODE_HOUSEHOLDER, 1, 70, 2, 32, 32, 1, 1, 1, 0},
+        {GDP_MODE_HOUSEHOLDER, 1, 90, 1, 100, 40, 3, 1, 1, 2},
+        {GDP_MODE_SPLIT, 2, 100, 1, 64, 32, 2, 1, 1, 0},
+        {GDP_MODE_SPLIT, 1, 150, 1, 64, 64, 4, 1, 1, 0},
+    };
+    for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) stage_case(failures, &cs[i], 77 + i);
+}
+
+/* ---------------------------------------------------------------- determinism, errors */
+GPU_TEST(backward_is_deterministic) {
+    const RandCase rc = {GDP_MODE_SPLIT, 1, 300, 2, 64, 64, 2, 1, 1, 3};
+    RandData r;
+    rand_make(&rc, 5, &r);
+    for (int di = 0; di < 2; di++) {
+        GdpDesc d = r.d;
+        d.dtype = di ? GDP_BF16 : GDP_F32;
+        HostIO a = hio(&r, d.cu_seqlens);
+        HostIO b = a;
+        if (run_gpu(&d, &a, NULL, 1) || run_gpu(&d, &b, NULL, 1)) {
+            (*failures)++;
+            continue;
+        }
+        GdpSizes s = gdp_sizes(&d);
+        int same = !memcmp(a.o, b.o, 8 * (size_t)s.o) && !memcmp(a.dq, b.dq, 8 * (size_t)s.q) &&
+                   !memcmp(a.dk, b.dk, 8 * (size_t)s.k) && !memcmp(a.dv, b.dv, 8 * (size_t)s.v) &&
+                   !memcmp(a.dbeta, b.dbeta, 8 * (size_t)s.beta) && !memcmp(a.dg, b.dg, 8 * (size_t)s.g) &&
+                   !memcmp(a.dmask, b.dmask, 8 * (size_t)s.mask) && !memcmp(a.dh0, b.dh0, 8 * (size_t)s.state);
+        GPU_EXPECT(same, "two backward runs in %s differ", dtype_name(d.dtype));
+        hostio_free(&a);
+        hostio_free(&b);
+    }
+    rand_free(&r);
+}
+
+GPU_TEST(error_paths) {
+    GdpDesc d = {0};
+    d.mode = GDP_MODE_HOUSEHOLDER, d.B = 1, d.T = 8, d.H = 1, d.K = 300, d.V = 16, d.n = 1, d.dtype = GDP_BF16;
+    char dummy[16];
+    GdpForwardArgs fa = {dummy, dummy, dummy, dummy, NULL, NULL, NULL, dummy, NULL};
+    GdpStatus st = gdp_forward_cuda(&d, &fa, dummy, 16, NULL);
+    GPU_EXPECT(st == GDP_ERR_UNSUPPORTED, "K=300: status %d, want GDP_ERR_UNSUPPORTED (%s)", (int)st, gdp_last_error());
+    d.K = 16;
+    d.dtype = GDP_F64;
+    st = gdp_forward_cuda(&d, &fa, dummy, 16, NULL);
+    GPU_EXPECT(st == GDP_ERR_UNSUPPORTED, "f64: status %d, want GDP_ERR_UNSUPPORTED", (int)st);
+    d.dtype = GDP_BF16;
+    st = gdp_forward_cuda(&d, &fa, dummy, 16, NULL);
+    GPU_EXPECT(st == GDP_ERR_WORKSPACE, "16-byte workspace: status %d, want GDP_ERR_WORKSPACE", (int)st);
+    GPU_EXPECT(strstr(gdp_last_error(), "workspace") != NULL, "message '%s' does not mention the workspace", gdp_last_error());
+    fa.q = NULL;
+    st = gdp_forward_cuda(&d, &fa, dummy, 16, NULL);
+    GPU_EXPECT(st == GDP_ERR_INVALID, "q NULL: status %d, want GDP_ERR_INVALID", (int)st);
+    d.T = 0;
+    GPU_EXPECT(gdp_forward_workspace_bytes(&d) == 0, "an invalid descriptor must ask for 0 workspace bytes");
+}
+
+/* ---------------------------------------------------------------- small case for compute-sanitizer */
+static int sanitize_main(void) {
+    int failures = 0;
+    const RandCase cs[] = {
+        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 32, 32, 3, 1, 1, 2},
+        {GDP_MODE_SPLIT, 1, 40, 1, 64, 32, 2, 1, 1, 0},
+    };
+    for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) {
+        RandData r;
+        rand_make(&cs[i], 9 + i, &r);
+        for (int di = 0; di < 2; di++) {
+            GdpDesc d = r.d;
+            d.dtype = di ? GDP_BF16 : GDP_F32;
+            HostIO io = hio(&r, d.cu_seqlens);
+            failures += run_gpu(&d, &io, NULL, 1);
+            hostio_free(&io);
+        }
+        rand_free(&r);
+    }
+    printf("sanitize run: %s\n", failures ? "FAILED" : "done");
+    return failures ? 1 : 0;
+}
+
+/* test_gpu_gdp [NAME...]: with names, only the tests whose name contains one of them. */
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--sanitize")) return sanitize_main();
+    if (argc == 1) return gpu_test_main();
+    int passed = 0, failed = 0;
+    for (int i = 0; i < gpu_n_tests_; i++) {
+        int want = 0;
+        for (int a = 1; a < argc; a++) want |= strstr(gpu_tests_[i].name, argv[a]) != NULL;
+        if (!want) continue;
+        int f = 0;
+        printf("-- %s\n", gpu_tests_[i].name);
+        fflush(stdout);
+        gpu_tests_[i].fn(&f);
+        if (f) failed++; else passed++;
+        printf("   %s\n", f ? "FAILED" : "ok");
+        fflush(stdout);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

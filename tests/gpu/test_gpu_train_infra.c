@@ -1,0 +1,179 @@
+/* Training infrastructure on CUDA against the CPU path: parameter init and zero_grad, the
+ * deterministic gradient norm, AdamW with decay and clipping, ZeRO-1 shard updates, and an HDF5
+ * checkpoint written from GPU memory. */
+#include <math.h>
+#include <unistd.h>
+
+#include "core/params.h"
+#include "kernels/adamw.h"
+#include "tests/gpu/gpu_test.h"
+#include "train/checkpoint.h"
+#include "train/optim.h"
+
+static void model(ParamStore *ps, Ctx *ctx) {
+    params_init_store(ps, ctx);
+    param_new(ps, "emb", SHAPE(1000, 37), true, INIT_NORMAL, 0.02, 0);
+    params_begin_bucket(ps);
+    param_new(ps, "l0.w", SHAPE(37, 129), true, INIT_UNIFORM, -0.1, 0.1);
+    param_new(ps, "l0.b", SHAPE(129), false, INIT_ZEROS, 0, 0);
+    param_new(ps, "norm", SHAPE(37), false, INIT_ONES, 0, 0);
+    params_allocate(ps);
+    params_initialize(ps, 31);
+}
+
+static float *host_of(const float *p, Device dev, int64_t n) {
+    float *h = (float *)xmalloc((size_t)n * sizeof(float));
+    device_synchronize(dev);
+    device_memcpy(h, DEV_CPU, p, dev, (size_t)n * sizeof(float));
+    return h;
+}
+
+static void set_grads(ParamStore *ps, int step) {
+    params_zero_grad(ps);
+    float *g = (float *)xcalloc((size_t)ps->total, sizeof(float));
+    Rng rng;
+    rng_seed(&rng, 500 + (uint64_t)step);
+    for (int i = 0; i < ps->n; i++)
+        for (int64_t j = 0; j < ps->items[i].t->numel; j++) g[ps->items[i].offset + j] = (float)rng_normal(&rng);
+    device_memcpy(ps->flat_grads, ps->ctx->device, g, DEV_CPU, (size_t)ps->total * sizeof(float));
+    device_synchronize(ps->ctx->device);
+    free(g);
+}
+
+GPU_TEST(params_init_and_zero_grad_match_cpu) {
+    Ctx *c = ctx_create(DEV_CPU, ctx_default_sizes()), *g = ctx_create(DEV_CUDA, ctx_default_sizes());
+    ParamStore pc, pg;
+    model(&pc, c);
+    model(&pg, g);
+    float *h = host_of(pg.flat_params, DEV_CUDA, pg.total);
+    GPU_EXPECT(pc.total == pg.total && !memcmp(h, pc.flat_params, (size_t)pc.total * 4), "CUDA init differs from CPU");
+    set_grads(&pg, 0);
+    params_zero_grad(&pg);
+    float *gr = host_of(pg.flat_grads, DEV_CUDA, pg.total);
+    int nz = 0;
+    for (int64_t i = 0; i < pg.total; i++) nz += gr[i] != 0;
+    GPU_EXPECT(nz == 0, "%d gradient elements not zero after params_zero_grad", nz);
+    free(h);
+    free(gr);
+    params_free_store(&pc);
+    params_free_store(&pg);
+    ctx_destroy(c);
+    ctx_destroy(g);
+}
+
+GPU_TEST(grad_norm_deterministic_and_matches_cpu) {
+    Ctx *g = ctx_create(DEV_CUDA, ctx_default_sizes());
+    ParamStore ps;
+    model(&ps, g);
+    set_grads(&ps, 1);
+    Optimizer opt;
+    optim_init(&opt, &ps, adamw_default_config(), 0, ps.total);
+    double a = optim_grad_sumsq(&opt, 0, ps.total), b = optim_grad_sumsq(&opt, 0, ps.total);
+    float *h = host_of(ps.flat_grads, DEV_CUDA, ps.total);
+    double want = grad_sumsq_cpu(h, ps.total);
+    GPU_EXPECT(a == b, "two CUDA sums differ: %.17g vs %.17g", a, b);
+    GPU_EXPECT(fabs(a - want) <= 1e-12 * want, "CUDA sumsq %.17g vs CPU %.17g", a, want);
+    double part = optim_grad_sumsq(&opt, 64, 5000), wpart = grad_sumsq_cpu(h + 64, 5000 - 64);
+    GPU_EXPECT(fabs(part - wpart) <= 1e-12 * wpart, "sub-range sumsq %.17g vs %.17g", part, wpart);
+    free(h);
+    optim_free(&opt);
+    params_free_store(&ps);
+    ctx_destroy(g);
+}
+
+GPU_TEST(adamw_matches_cpu_with_decay_clip_and_shard) {
+    Ctx *c = ctx_create(DEV_CPU, ctx_default_sizes()), *g = ctx_create(DEV_CUDA, ctx_default_sizes());
+    ParamStore pc, pg, psh;
+    model(&pc, c);
+    model(&pg, g);
+    model(&psh, g);
+    AdamWConfig cfg = adamw_default_config();
+    cfg.grad_clip = 1.0; /* the norm of ~42k N(0,1) values is ~200: clipped */
+    Optimizer oc, og, osh;
+    optim_init(&oc, &pc, cfg, 0, pc.total);
+    optim_init(&og, &pg, cfg, 0, pg.total);
+    int64_t s0 = 64 * 300, s1 = 64 * 600; /* a shard cutting through "emb" */
+    optim_init(&osh, &psh, cfg, s0, s1);
+    for (int step = 0; step < 4; step++) {
+        set_grads(&pc, step);
+        set_grads(&pg, step);
+        set_grads(&psh, step);
+        double nc = optim_step(&oc, 1e-3 * (step + 1), 0.5, NULL);
+        double ng = optim_step(&og, 1e-3 * (step + 1), 0.5, NULL);
+        /* The shard's own norm would differ: clip with the full norm as the trainer would. */
+        optim_update(&osh, 1e-3 * (step + 1), 0.5, ng);
+        GPU_EXPECT(fabs(nc - ng) <= 1e-12 * nc, "step %d: norm cpu %.17g cuda %.17g", step, nc, ng);
+    }
+    float *hp = host_of(pg.flat_params, DEV_CUDA, pg.total), *hs = host_of(psh.flat_params, DEV_CUDA, psh.total);
+    float *init = (float *)xmalloc((size_t)pc.total * sizeof(float));
+    {
+        ParamStore fresh;
+        model(&fresh, c);
+        memcpy(init, fresh.flat_params, (size_t)pc.total * sizeof(float));
+        params_free_store(&fresh);
+    }
+    double worst = 0;
+    for (int64_t i = 0; i < pc.total; i++)
+        worst = fmax(worst, fabs((double)hp[i] - pc.flat_params[i]) / (1e-6 + fabs((double)pc.flat_params[i])));
+    GPU_EXPECT(worst <= 1e-5, "CUDA AdamW differs from CPU by %.3e (relative)", worst);
+    int outside = 0, inside = 0;
+    for (int64_t i = 0; i < psh.total; i++) {
+        if (i < s0 || i >= s1) outside += hs[i] != init[i];
+        else inside += hs[i] != hp[i];
+    }
+    GPU_EXPECT(outside == 0, "%d elements outside the shard moved", outside);
+    GPU_EXPECT(inside == 0, "%d shard elements differ from the full CUDA update", inside);
+    free(hp);
+    free(hs);
+    free(init);
+    optim_free(&oc);
+    optim_free(&og);
+    optim_free(&osh);
+    params_free_store(&pc);
+    params_free_store(&pg);
+    params_free_store(&psh);
+    ctx_destroy(c);
+    ctx_destroy(g);
+}
+
+GPU_TEST(checkpoint_from_gpu_loads_on_cpu) {
+    Ctx *c = ctx_create(DEV_CPU, ctx_default_sizes()), *g = ctx_create(DEV_CUDA, ctx_default_sizes());
+    ParamStore pg, pc;
+    model(&pg, g);
+    model(&pc, c);
+    Optimizer og, oc;
+    optim_init(&og, &pg, adamw_default_config(), 0, pg.total);
+    optim_init(&oc, &pc, adamw_default_config(), 0, pc.total);
+    set_grads(&pg, 3);
+    optim_step(&og, 1e-2, 1.0, NULL);
+    char dir[] = "/tmp/gdp_gpu_ckpt_XXXXXX";
+    GPU_EXPECT(mkdtemp(dir) != NULL, "mkdtemp failed");
+    CheckpointMeta meta = {.step = 1, .config = "x = 1\n"};
+    char *path = checkpoint_save(dir, &pg, &og, &meta, 1, NULL);
+    checkpoint_load(path, &pc, &oc, NULL);
+    float *hp = host_of(pg.flat_params, DEV_CUDA, pg.total), *hm = host_of(og.m, DEV_CUDA, pg.total);
+    GPU_EXPECT(!memcmp(hp, pc.flat_params, (size_t)pc.total * 4), "parameters differ after GPU save / CPU load");
+    GPU_EXPECT(!memcmp(hm, oc.m, (size_t)pc.total * 4), "m differs after GPU save / CPU load");
+    /* And back onto the GPU. */
+    ParamStore pg2;
+    model(&pg2, g);
+    checkpoint_load(path, &pg2, NULL, NULL);
+    float *hp2 = host_of(pg2.flat_params, DEV_CUDA, pg2.total);
+    GPU_EXPECT(!memcmp(hp, hp2, (size_t)pc.total * 4), "parameters differ after a GPU load");
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    GPU_EXPECT(system(cmd) == 0, "cleanup failed");
+    free(path);
+    free(hp);
+    free(hm);
+    free(hp2);
+    optim_free(&og);
+    optim_free(&oc);
+    params_free_store(&pg);
+    params_free_store(&pc);
+    params_free_store(&pg2);
+    ctx_destroy(c);
+    ctx_destroy(g);
+}
+
+int main(void) { return gpu_test_main(); }

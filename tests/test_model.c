@@ -1,0 +1,489 @@
+/* The Gated DeltaProduct model and its training loop on the CPU: config files and parameter counts,
+ * whole-model gradients (f64), per-token decoding against the full forward, a tiny model learning
+ * real text (this repository's own headers), exact resume, corrupt checkpoints, and the
+ * classification head on a state-tracking task (running parity). */
+#include <glob.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/common.h"
+#include "core/gradcheck.h"
+#include "layers/decode.h"
+#include "layers/model.h"
+#include "train/checkpoint.h"
+#include "train/model_gradcheck.h"
+#include "train/train.h"
+#include "tests/check_main.h"
+
+/* ---- helpers -------------------------------------------------------------------------------------- */
+
+/* A new folder under $TMPDIR (or /tmp), its path in buf. */
+static char *tmpdir_new(char *buf, size_t len) {
+    snprintf(buf, len, "%s/gdp_test_model_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    ck_assert_msg(mkdtemp(buf) != NULL, "mkdtemp failed");
+    return buf;
+}
+
+static void rm_rf(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+}
+
+/* Exit tests end inside gdp_fatal: remove their folder at exit. */
+static char exit_dir[300];
+static void remove_exit_dir(void) {
+    if (exit_dir[0]) rm_rf(exit_dir);
+}
+static void remove_at_exit(const char *dir) {
+    snprintf(exit_dir, sizeof exit_dir, "%s", dir);
+    atexit(remove_exit_dir);
+}
+
+/* Real English-and-C text: the repository's own headers, concatenated (run from the repo root). */
+static char corpus_path[400];
+static const char *write_corpus(const char *dir) {
+    static const char *patterns[] = {"core/*.h", "layers/*.h", "train/*.h", "data/*.h", "kernels/*.h"};
+    char *path = corpus_path;
+    snprintf(path, sizeof corpus_path, "%s/corpus.txt", dir);
+    FILE *out = xfopen(path, "wb");
+    size_t total = 0;
+    for (size_t p = 0; p < GDP_ARRAY_LEN(patterns); p++) {
+        glob_t g;
+        if (glob(patterns[p], 0, NULL, &g) != 0) continue;
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            FILE *f = fopen(g.gl_pathv[i], "rb");
+            if (!f) continue;
+            char buf[8192];
+            size_t n;
+            while ((n = fread(buf, 1, sizeof buf, f)) > 0) total += fwrite(buf, 1, n, out);
+            fclose(f);
+        }
+        globfree(&g);
+    }
+    fclose(out);
+    ck_assert_msg(total > 50000, "only %zu bytes of headers found: run the test from the repository root", total);
+    return path;
+}
+
+static TrainOptions quick_options(const char *data, const char *out) {
+    TrainOptions o = train_default_options();
+    o.data = data;
+    o.out = out;
+    o.batch = 4, o.seq = 32;
+    o.lr = 3e-3, o.warmup = 5;
+    o.eval_every = 0, o.eval_batches = 2;
+    o.quiet = true;
+    o.seed = 7;
+    return o;
+}
+
+/* ---- config --------------------------------------------------------------------------------------- */
+
+START_TEST(config_file_and_overrides) {
+    ModelConfig c = model_config_default();
+    char err[512];
+    const char *text = "# a model\npreset = tiny\nhidden_size = 96  # wider\nmode = split\nuse_output_gate=false\n"
+                       "tie_word_embeddings = True\nexpand_v = 2\n";
+    ck_assert_msg(model_config_load_text(&c, text, "test", err, sizeof err), "%s", err);
+    ck_assert_int_eq(c.hidden_size, 96);
+    ck_assert_int_eq(c.num_hidden_layers, 2);
+    ck_assert_int_eq(c.mode, GDP_MODE_SPLIT);
+    ck_assert(!c.use_output_gate && c.tie_word_embeddings);
+    ck_assert_int_eq(cfg_head_v_dim(&c), 64);
+    /* round trip through the text form a checkpoint stores */
+    char buf[4096];
+    ck_assert(model_config_to_text(&c, buf, sizeof buf) > 0);
+    ModelConfig d = model_config_default();
+    ck_assert_msg(model_config_load_text(&d, buf, "roundtrip", err, sizeof err), "%s", err);
+    ck_assert_mem_eq(&c, &d, sizeof c);
+    /* errors name the key and the line */
+    ck_assert(!model_config_load_text(&d, "hidden_size = 64\nnum_heds = 3\n", "f.cfg", err, sizeof err));
+    ck_assert_msg(strstr(err, "f.cfg line 2") && strstr(err, "num_heds"), "%s", err);
+    ck_assert(!model_config_set_kv(&d, "mode=diagonal", err, sizeof err));
+    ck_assert_msg(strstr(err, "householder or split"), "%s", err);
+    ck_assert(!model_config_set_kv(&d, "num_heads=-1", err, sizeof err));
+    /* split mode needs head_dim divisible by r */
+    model_config_preset(&d, "tiny");
+    d.mode = GDP_MODE_SPLIT, d.num_householder = 3;
+    ck_assert(!model_config_validate(&d, err, sizeof err));
+}
+END_TEST
+
+START_TEST(parameter_counts) {
+    /* base: 155.7M at n_h = 2, vocab 32000, untied (spec §4); small about 20M */
+    ModelConfig c;
+    ck_assert(model_config_preset(&c, "base"));
+    ck_assert_int_eq(cfg_intermediate(&c), 2048);
+    ck_assert_int_eq(model_config_param_count(&c), 155691408);
+    /* the registry holds exactly that many (registration only: no 600 MB allocation) */
+    Ctx *ctx = ctx_create(DEV_CPU, ctx_default_sizes());
+    ParamStore ps;
+    params_init_store(&ps, ctx);
+    ParamMaker pm;
+    pm_init_registry(&pm, &ps);
+    Model m;
+    model_build(&m, &c, &pm);
+    ck_assert_int_eq(params_count(&ps), 155691408);
+    ck_assert(params_find(&ps, "model.layers.11.attn.k_proj.weight") != NULL);
+    ck_assert_int_eq(params_find(&ps, "model.layers.11.attn.k_proj.weight")->t->shape[0], 2 * 768);
+    ck_assert(params_find(&ps, "model.layers.0.attn.q_conv1d.weight")->t->ndim == 3);
+    ck_assert(!params_find(&ps, "model.layers.0.attn.A_log")->decay);
+    ck_assert(!params_find(&ps, "model.layers.0.attn.dt_bias")->decay);
+    ck_assert(!params_find(&ps, "model.layers.0.attn.o_norm.weight")->decay);
+    ck_assert(params_find(&ps, "model.layers.0.attn.q_conv1d.weight")->decay);
+    ck_assert(params_find(&ps, "lm_head.weight") != NULL);
+    model_free(&m);
+    pm_free(&pm);
+    params_free_store(&ps);
+    ctx_destroy(ctx);
+    ck_assert(model_config_preset(&c, "small"));
+    int64_t n = model_config_param_count(&c);
+    ck_assert_msg(n > 18000000 && n < 22000000, "small has %lld parameters", (long long)n);
+}
+END_TEST
+
+START_TEST(gate_initialisation) {
+    float a[4096], dt[4096];
+    Rng rng;
+    rng_seed(&rng, 3);
+    init_a_log(a, 4096, &rng, NULL);
+    init_dt_bias(dt, 4096, &rng, NULL);
+    for (int i = 0; i < 4096; i++) {
+        double A = exp(a[i]);
+        ck_assert(A >= 1e-4 * 0.999 && A <= 16.0);
+        double d = log1p(exp((double)dt[i])); /* softplus(dt_bias) = dt */
+        ck_assert_msg(d >= 1e-3 * 0.999 && d <= 1e-1 * 1.001, "dt %g", d);
+    }
+    float mask[2 * 9];
+    int r = 3;
+    init_identity_mask(mask, 18, &rng, &r);
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 3; j++) ck_assert(mask[h * 9 + i * 3 + j] == (i == j ? 1.0f : 0.0f));
+}
+END_TEST
+
+/* ---- gradients ------------------------------------------------------------------------------------ */
+
+/* Few entries on a short batch keep this quick; the bound is 1e-5 because finite differences of a
+ * loss near 5 carry ~1e-10 of rounding, which is 1e-6 of the smallest gradients here (the last
+ * layer's A_log). `gdp gradcheck --model tiny` checks more entries on a longer batch at 1e-6. */
+START_TEST(whole_model_gradients_f64) {
+    ModelConfig c;
+    model_config_preset(&c, "tiny");
+    c.initializer_range = 0.1;
+    for (int mode = 0; mode < 2; mode++) {
+        c.mode = mode ? GDP_MODE_SPLIT : GDP_MODE_HOUSEHOLDER;
+        int n = 0, f = model_gradcheck(&c, 1, 6, 11, 2, 1e-5, false, &n);
+        ck_assert_msg(f == 0, "%d of %d parameter checks failed (%s mode)", f, n, mode ? "split" : "householder");
+        ck_assert_int_ge(n, 38);
+    }
+    /* the ungated, conv-free, untied variant with n_h = 3 */
+    model_config_preset(&c, "tiny");
+    c.initializer_range = 0.1, c.use_forget_gate = false, c.use_short_conv = false, c.use_output_gate = false;
+    c.tie_word_embeddings = false, c.num_householder = 3, c.allow_neg_eigval = false;
+    int n = 0, f = model_gradcheck(&c, 1, 5, 12, 2, 1e-5, false, &n);
+    ck_assert_msg(f == 0, "%d of %d parameter checks failed (plain variant)", f, n);
+}
+END_TEST
+
+/* ---- decoding ------------------------------------------------------------------------------------- */
+
+static void check_decode_matches_forward(ModelConfig c) {
+    Ctx *ctx = ctx_create(DEV_CPU, ctx_default_sizes());
+    ParamStore ps;
+    Model m;
+    c.initializer_range = 0.2; /* far from the identity-like init: every part matters */
+    model_create(&m, &c, ctx, &ps, 5);
+    const int T = 13;
+    int32_t ids[13];
+    Rng rng;
+    rng_seed(&rng, 9);
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)rng_below(&rng, (uint64_t)c.vocab_size);
+    ctx->grad_enabled = false;
+    Tensor *ti = tensor_from_host(ctx, LIFE_ACT, GDP_I32, SHAPE(1, T), ids);
+    Tensor *logits = model_forward(&m, ti);
+    int V = c.vocab_size;
+    double *full = (double *)xmalloc((size_t)T * V * sizeof(double));
+    tensor_to_doubles(logits, full);
+    DecodeState st;
+    decode_init(&st, &m);
+    float *step = (float *)xmalloc((size_t)V * sizeof(float));
+    double *stepd = (double *)xmalloc((size_t)V * sizeof(double));
+    for (int t = 0; t < T; t++) {
+        decode_step(&st, ids[t], step);
+        for (int v = 0; v < V; v++) stepd[v] = step[v];
+        double e = rel_l2(stepd, full + (int64_t)t * V, V);
+        ck_assert_msg(e < 1e-4, "position %d: decode vs forward relative error %.3e (%s mode)", t, e,
+                      c.mode == GDP_MODE_SPLIT ? "split" : "householder");
+    }
+    /* reset gives the first position again */
+    decode_reset(&st);
+    decode_step(&st, ids[0], step);
+    for (int v = 0; v < V; v++) stepd[v] = step[v];
+    ck_assert(rel_l2(stepd, full, V) < 1e-4);
+    decode_free(&st);
+    free(full), free(step), free(stepd);
+    model_free(&m);
+    params_free_store(&ps);
+    ctx_destroy(ctx);
+}
+
+START_TEST(decode_matches_forward_both_modes) {
+    ModelConfig c;
+    model_config_preset(&c, "tiny");
+    check_decode_matches_forward(c);
+    c.mode = GDP_MODE_SPLIT;
+    check_decode_matches_forward(c);
+    model_config_preset(&c, "tiny");
+    c.use_short_conv = false, c.use_output_gate = false, c.use_forget_gate = false, c.num_householder = 3;
+    c.tie_word_embeddings = false;
+    check_decode_matches_forward(c);
+    model_config_preset(&c, "tiny");
+    c.conv_size = 2, c.expand_v = 2, c.num_householder = 1;
+    check_decode_matches_forward(c);
+}
+END_TEST
+
+START_TEST(sampling) {
+    float l[5] = {0, 3, 1, 2, -1};
+    Rng rng;
+    rng_seed(&rng, 1);
+    ck_assert_int_eq(sample_logits(l, 5, 0, 0, &rng), 1);
+    int counts[5] = {0};
+    for (int i = 0; i < 2000; i++) {
+        float c[5] = {0, 3, 1, 2, -1};
+        counts[sample_logits(c, 5, 1.0, 2, &rng)]++;
+    }
+    ck_assert_int_eq(counts[0] + counts[2] + counts[4], 0); /* top-2 keeps tokens 1 and 3 only */
+    ck_assert(counts[1] > counts[3] && counts[3] > 200);
+}
+END_TEST
+
+/* ---- training ------------------------------------------------------------------------------------- */
+
+START_TEST(tiny_model_learns_text) {
+    char dirbuf[300], *dir = tmpdir_new(dirbuf, sizeof dirbuf);
+    const char *corpus = write_corpus(dir);
+    char out[512];
+    snprintf(out, sizeof out, "%s/run", dir);
+    TrainOptions o = quick_options(corpus, out);
+    o.steps = 100, o.lr = 6e-3;
+    o.eval_batches = 8;
+    Dist d;
+    dist_init_single(&d);
+    TrainResult r;
+    train_run(&o, &d, &r);
+    printf("tiny on %s: loss %.4f -> %.4f, val %.4f after %lld steps\n", corpus, r.first_loss, r.last_loss,
+           r.last_val_loss, (long long)r.steps_done);
+    ck_assert_int_eq(r.steps_done, 100);
+    ck_assert_msg(r.first_loss > 5.0, "initial loss %.4f should be near ln 256 = 5.55", r.first_loss);
+    /* judged on held-out text (8 batches): one training batch of 128 bytes is too noisy */
+    ck_assert_msg(r.last_val_loss < r.first_loss - 1.8, "loss %.4f -> val %.4f did not fall by 1.8 nats",
+                  r.first_loss, r.last_val_loss);
+    ck_assert_msg(r.last_val_loss < 3.5, "val loss %.4f should be below 3.5 nats", r.last_val_loss);
+    char path[600];
+    snprintf(path, sizeof path, "%s/log.tsv", out);
+    ck_assert(access(path, F_OK) == 0);
+    snprintf(path, sizeof path, "%s/latest", out);
+    ck_assert(access(path, F_OK) == 0);
+    rm_rf(dir);
+}
+END_TEST
+
+static void load_flat(const char *ckpt, float **out, int64_t *n) {
+    Model m;
+    ParamStore ps;
+    Ctx *ctx = train_load_model(ckpt, DEV_CPU, 1, 1, &m, &ps);
+    *n = ps.total;
+    *out = (float *)xmalloc((size_t)ps.total * sizeof(float));
+    memcpy(*out, ps.flat_params, (size_t)ps.total * sizeof(float));
+    model_free(&m);
+    params_free_store(&ps);
+    ctx_destroy(ctx);
+}
+
+/* Column 2 (loss) of every row of log.tsv, as text: identical runs give identical rows. */
+static char *losses_of(const char *dir) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/log.tsv", dir);
+    FILE *f = xfopen(path, "r");
+    char line[1024];
+    size_t cap = 1 << 16, len = 0;
+    char *s = (char *)xcalloc(cap, 1);
+    while (fgets(line, sizeof line, f)) {
+        char *tab1 = strchr(line, '\t');
+        if (!tab1) continue;
+        char *tab2 = strchr(tab1 + 1, '\t');
+        if (tab2) *tab2 = 0;
+        len += (size_t)snprintf(s + len, cap - len, "%s\n", line);
+    }
+    fclose(f);
+    return s;
+}
+
+START_TEST(exact_resume) {
+    char dirbuf[300], *dir = tmpdir_new(dirbuf, sizeof dirbuf);
+    const char *corpus = write_corpus(dir);
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    Dist d;
+    dist_init_single(&d);
+    TrainResult ra, rb1, rb2;
+    /* 16 steps in one go, with a cosine schedule, validation and a mid-run checkpoint */
+    TrainOptions o = quick_options(corpus, a);
+    o.steps = 16, o.eval_every = 5, o.checkpoint_every = 5;
+    train_run(&o, &d, &ra);
+    /* 8 steps (of the same 16-step schedule), then resumed from the folder for the other 8 */
+    o.out = b, o.stop_at = 8;
+    train_run(&o, &d, &rb1);
+    ck_assert_int_eq(rb1.steps_done, 8);
+    o.stop_at = 0, o.resume = b;
+    train_run(&o, &d, &rb2);
+    ck_assert_int_eq(rb2.steps_done, 16);
+    ck_assert_msg(ra.last_loss == rb2.last_loss, "last loss %.9g vs resumed %.9g", ra.last_loss, rb2.last_loss);
+    ck_assert(ra.last_val_loss == rb2.last_val_loss);
+    char *la = losses_of(a), *lb = losses_of(b);
+    ck_assert_msg(!strcmp(la, lb), "log.tsv losses differ:\n%s\nvs\n%s", la, lb);
+    float *pa, *pb;
+    int64_t na, nb;
+    load_flat(ra.checkpoint, &pa, &na);
+    load_flat(rb2.checkpoint, &pb, &nb);
+    ck_assert_int_eq(na, nb);
+    ck_assert_msg(!memcmp(pa, pb, (size_t)na * sizeof(float)), "parameters after 20 steps differ");
+    free(pa), free(pb), free(la), free(lb);
+    rm_rf(dir);
+}
+END_TEST
+
+/* Flips bytes in the middle of a checkpoint: loading it must fail with a message (exit 1). */
+START_TEST(corrupt_checkpoint_is_an_error) {
+    char dirbuf[300], *dir = tmpdir_new(dirbuf, sizeof dirbuf);
+    remove_at_exit(dir);
+    const char *corpus = write_corpus(dir);
+    char out[512];
+    snprintf(out, sizeof out, "%s/run", dir);
+    TrainOptions o = quick_options(corpus, out);
+    o.steps = 2, o.warmup = 1;
+    Dist d;
+    dist_init_single(&d);
+    TrainResult r;
+    train_run(&o, &d, &r);
+    struct stat st;
+    ck_assert(stat(r.checkpoint, &st) == 0);
+    FILE *f = xfopen(r.checkpoint, "r+b");
+    /* truncate to half: the datasets past the cut are gone */
+    ck_assert(ftruncate(fileno(f), st.st_size / 2) == 0);
+    fclose(f);
+    float *p;
+    int64_t n;
+    load_flat(r.checkpoint, &p, &n); /* exits 1 */
+}
+END_TEST
+
+START_TEST(garbage_checkpoint_is_an_error) {
+    char dirbuf[300], *dir = tmpdir_new(dirbuf, sizeof dirbuf);
+    remove_at_exit(dir);
+    char path[512];
+    snprintf(path, sizeof path, "%s/ckpt_00000001.h5", dir);
+    FILE *f = xfopen(path, "wb");
+    for (int i = 0; i < 4096; i++) fputc((i * 7919) & 0xff, f);
+    fclose(f);
+    float *p;
+    int64_t n;
+    load_flat(path, &p, &n); /* exits 1 */
+}
+END_TEST
+
+/* ---- classification head: running parity of a bit string ---------------------------------------- */
+
+typedef struct ParityData {
+    Rng rng;
+    int B, T;
+    uint64_t seed;
+} ParityData;
+
+static void parity_next(void *u, int32_t *in, int32_t *tg) {
+    ParityData *p = (ParityData *)u;
+    for (int b = 0; b < p->B; b++) {
+        int acc = 0;
+        for (int t = 0; t < p->T; t++) {
+            int bit = (int)rng_below(&p->rng, 2);
+            acc ^= bit;
+            in[b * p->T + t] = bit;
+            tg[b * p->T + t] = acc;
+        }
+    }
+}
+static void parity_reset(void *u) {
+    ParityData *p = (ParityData *)u;
+    rng_seed(&p->rng, p->seed);
+}
+static int parity_get(void *u, int64_t *out, int max) {
+    ParityData *p = (ParityData *)u;
+    ck_assert(max >= 4);
+    memcpy(out, p->rng.s, sizeof p->rng.s);
+    return 4;
+}
+static void parity_set(void *u, const int64_t *s, int n) {
+    ParityData *p = (ParityData *)u;
+    ck_assert_int_eq(n, 4);
+    memcpy(p->rng.s, s, sizeof p->rng.s);
+}
+
+START_TEST(classification_head_learns_parity) {
+    ParityData tr = {{{0}}, 16, 16, 1}, va = {{{0}}, 16, 16, 2};
+    parity_reset(&tr), parity_reset(&va);
+    TrainData td = {&tr, parity_next, parity_reset, parity_get, parity_set};
+    TrainData vd = {&va, parity_next, parity_reset, parity_get, parity_set};
+    TrainOptions o = train_default_options();
+    o.train_data = &td, o.val_data = &vd;
+    o.preset = "tiny";
+    o.sets[o.n_sets++] = "num_labels=2";
+    o.sets[o.n_sets++] = "vocab_size=2";
+    o.sets[o.n_sets++] = "tie_word_embeddings=false";
+    o.sets[o.n_sets++] = "num_hidden_layers=1";
+    o.batch = 16, o.seq = 16, o.steps = 50, o.lr = 5e-3, o.warmup = 10, o.weight_decay = 0;
+    o.eval_every = 0, o.eval_batches = 2, o.quiet = true;
+    Dist d;
+    dist_init_single(&d);
+    TrainResult r;
+    train_run(&o, &d, &r);
+    printf("parity tagging: loss %.4f -> %.4f, val %.4f\n", r.first_loss, r.last_loss, r.last_val_loss);
+    ck_assert_msg(r.first_loss > 0.6, "initial loss %.4f should be near ln 2", r.first_loss);
+    ck_assert_msg(r.last_val_loss < 0.45, "val loss %.4f: running parity was not learnt", r.last_val_loss);
+}
+END_TEST
+
+static double t_setup;
+static void timing_setup(void) { t_setup = gdp_now_seconds(); }
+static void timing_teardown(void) {
+    if (getenv("GDP_TEST_TIMES")) fprintf(stderr, "  %.2f s\n", gdp_now_seconds() - t_setup);
+}
+
+static Suite *make_suite(void) {
+    Suite *s = suite_create("model");
+    TCase *tc = tcase_create("model");
+    tcase_set_timeout(tc, 300);
+    tcase_add_checked_fixture(tc, timing_setup, timing_teardown);
+    tcase_add_test(tc, config_file_and_overrides);
+    tcase_add_test(tc, parameter_counts);
+    tcase_add_test(tc, gate_initialisation);
+    tcase_add_test(tc, whole_model_gradients_f64);
+    tcase_add_test(tc, decode_matches_forward_both_modes);
+    tcase_add_test(tc, sampling);
+    tcase_add_test(tc, tiny_model_learns_text);
+    tcase_add_test(tc, exact_resume);
+    tcase_add_exit_test(tc, corrupt_checkpoint_is_an_error, 1);
+    tcase_add_exit_test(tc, garbage_checkpoint_is_an_error, 1);
+    tcase_add_test(tc, classification_head_learns_parity);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+GDP_TEST_MAIN(make_suite)

@@ -1,0 +1,475 @@
+/* Ops silu, sigmoid, softplus, exp, rmsnorm, l2norm, conv1d_causal and the fused gated_rmsnorm and
+ * swiglu on the CPU: forward on hand cases, backward against finite differences (gradcheck_fd),
+ * the set-or-accumulate rule (fan-out and aliased inputs), the f32 path against f64, and argument
+ * errors (each exits 1 with a message). */
+#include <math.h>
+
+#include "core/gradcheck.h"
+#include "core/op_util.h"
+#include "core/ops.h"
+#include "core/ops_fused.h"
+#include "tests/check_main.h"
+
+static Ctx *cpu(void) { return ctx_create(DEV_CPU, ctx_default_sizes()); }
+
+static Tensor *from(Ctx *ctx, DType dt, int ndim, const int64_t *shape, const double *v, bool grad) {
+    Tensor *t = tensor_from_doubles(ctx, LIFE_ACT, dt, ndim, shape, v);
+    t->requires_grad = grad;
+    return t;
+}
+
+static void expect_values(const Tensor *t, const double *want, int64_t n, double tol) {
+    ck_assert_int_eq(t->numel, n);
+    double *got = (double *)xmalloc((size_t)n * sizeof(double));
+    tensor_to_doubles(t, got);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(fabs(got[i] - want[i]) <= tol * GDP_MAX(1.0, fabs(want[i])) && !isnan(got[i]),
+                      "entry %lld: got %.15g, want %.15g", (long long)i, got[i], want[i]);
+    free(got);
+}
+
+/* Finite differences over every entry of every leaf, two seeds, f64. */
+static void expect_gradcheck(GradcheckCaseFn fn, double bound) {
+    for (uint64_t seed = 1; seed <= 2; seed++) {
+        GradcheckResult r = gradcheck_fd(fn, NULL, seed, 0);
+        ck_assert_msg(r.n_leaves > 0, "the case has no leaf");
+        for (int k = 0; k < r.n_leaves; k++)
+            ck_assert_msg(r.leaves[k].rel_err <= bound, "seed %llu leaf %s: rel err %.3e > %.0e",
+                          (unsigned long long)seed, r.leaves[k].label, r.leaves[k].rel_err, bound);
+    }
+}
+
+/* The f32 CPU kernels against the f64 ones: forward and every gradient. */
+static void expect_f32_matches_f64(GradcheckCaseFn fn) {
+    GradcheckResult r = gradcheck_vs_cpu(fn, NULL, 3, DEV_CPU, GDP_F32);
+    ck_assert_msg(r.out_rel_err <= 1e-5, "f32 forward rel err %.3e", r.out_rel_err);
+    for (int k = 0; k < r.n_leaves; k++)
+        ck_assert_msg(r.leaves[k].rel_err <= 1e-5, "f32 leaf %s: rel err %.3e", r.leaves[k].label, r.leaves[k].rel_err);
+}
+
+/* ---- pointwise ------------------------------------------------------------------------------ */
+START_TEST(pointwise_forward_hand_cases) {
+    Ctx *ctx = cpu();
+    for (int k = 0; k < 2; k++) {
+        DType dt = k ? GDP_F32 : GDP_F64;
+        double tol = k ? 1e-6 : 1e-14;
+        Tensor *x = from(ctx, dt, SHAPE(5), (double[]){0, 1, -1, 20, -20}, false);
+        expect_values(op_silu(ctx, x),
+                      (double[]){0, 0.7310585786300049, -0.2689414213699951, 19.999999958776925, -4.1223072363804067e-08},
+                      5, tol);
+        /* far outside exp's range: no overflow, no NaN */
+        Tensor *s = from(ctx, dt, SHAPE(5), (double[]){0, 2, -2, 80, -80}, false);
+        expect_values(op_sigmoid(ctx, s), (double[]){0.5, 0.8807970779778823, 0.11920292202211755, 1, 0}, 5, tol);
+        Tensor *p = from(ctx, dt, SHAPE(6), (double[]){0, 1, -1, 200, -200, -30}, false);
+        expect_values(op_softplus(ctx, p),
+                      (double[]){0.6931471805599453, 1.3132616875182228, 0.31326168751822286, 200, 0,
+                                 9.357622968839737e-14},
+                      6, tol);
+        Tensor *e = from(ctx, dt, SHAPE(2, 2), (double[]){0, 1, -1, 2}, false);
+        Tensor *y = op_exp(ctx, e);
+        ck_assert_int_eq(y->ndim, 2);
+        expect_values(y, (double[]){1, 2.718281828459045, 0.36787944117144233, 7.38905609893065}, 4, tol);
+    }
+    ctx_destroy(ctx);
+}
+END_TEST
+
+START_TEST(pointwise_backward_hand_cases) {
+    Ctx *ctx = cpu();
+    Tensor *x = from(ctx, GDP_F64, SHAPE(2), (double[]){0, 1}, true);
+    Tensor *dy = from(ctx, GDP_F64, SHAPE(2), (double[]){2, 1}, false);
+    tape_backward_seeded(ctx, op_silu(ctx, x), dy);
+    /* silu'(0) = 1/2; silu'(1) = s(1 + 1 - s), s = sigmoid(1) */
+    double s1 = 0.7310585786300049;
+    expect_values(x->grad, (double[]){1, s1 * (2 - s1)}, 2, 1e-14);
+    ctx_step_reset(ctx);
+    x = from(ctx, GDP_F64, SHAPE(2), (double[]){0, 1}, true);
+    tape_backward_seeded(ctx, op_sigmoid(ctx, x), from(ctx, GDP_F64, SHAPE(2), (double[]){4, 1}, false));
+    expect_values(x->grad, (double[]){1, s1 * (1 - s1)}, 2, 1e-14);
+    ctx_step_reset(ctx);
+    x = from(ctx, GDP_F64, SHAPE(2), (double[]){0, 1}, true);
+    tape_backward_seeded(ctx, op_softplus(ctx, x), from(ctx, GDP_F64, SHAPE(2), (double[]){2, 1}, false));
+    expect_values(x->grad, (double[]){1, s1}, 2, 1e-14);
+    ctx_step_reset(ctx);
+    x = from(ctx, GDP_F64, SHAPE(2), (double[]){0, 1}, true);
+    tape_backward_seeded(ctx, op_exp(ctx, x), from(ctx, GDP_F64, SHAPE(2), (double[]){3, 1}, false));
+    expect_values(x->grad, (double[]){3, 2.718281828459045}, 2, 1e-14);
+    ctx_destroy(ctx);
+}
+END_TEST
+
+/* y = f(x) + x: add's backward sets dx, f's backward must accumulate into it. */
+#define FAN_OUT_CASE(NAME, OP, LO, HI)                                                  \
+    static Tensor *NAME(Ctx *ctx, DType dt, uint64_t seed, void *user) {               \
+        Tensor *x = gc_random(ctx, dt, &seed, LO, HI, SHAPE(4, 9));                     \
+        return op_add(ctx, OP(ctx, x), x);                                              \
+    }
+FAN_OUT_CASE(silu_fan_case, op_silu, -5, 5)
+FAN_OUT_CASE(sigmoid_fan_case, op_sigmoid, -5, 5)
+FAN_OUT_CASE(softplus_fan_case, op_softplus, -4, 4)
+FAN_OUT_CASE(exp_fan_case, op_exp, -2, 2)
+
+START_TEST(pointwise_gradcheck) {
+    expect_gradcheck(silu_fan_case, 1e-6);
+    expect_gradcheck(sigmoid_fan_case, 1e-6);
+    expect_gradcheck(softplus_fan_case, 1e-6);
+    expect_gradcheck(exp_fan_case, 1e-6);
+    expect_f32_matches_f64(silu_fan_case);
+    expect_f32_matches_f64(softplus_fan_case);
+    expect_f32_matches_f64(exp_fan_case);
+}
+END_TEST
+
+/* ---- rmsnorm -------------------------------------------------------------------------------- */
+START_TEST(rmsnorm_forward_hand_case) {
+    Ctx *ctx = cpu();
+    Tensor *x = from(ctx, GDP_F64, SHAPE(2, 2), (double[]){3, 4, 1, 1}, false);
+    Tensor *w = from(ctx, GDP_F64, SHAPE(2), (double[]){2, 0.5}, false);
+    /* row 0: mean(x^2) = 12.5; row 1: mean = 1 */
+    expect_values(op_rmsnorm(ctx, x, NULL, 0), (double[]){0.848528137423857, 1.131370849898476, 1, 1}, 4, 1e-14);
+    expect_values(op_rmsnorm(ctx, x, w, 0), (double[]){1.697056274847714, 0.565685424949238, 2, 0.5}, 4, 1e-14);
+    /* eps = 1 on a zero row: zeros, not NaN */
+    Tensor *z = from(ctx, GDP_F32, SHAPE(1, 3), (double[]){0, 0, 0}, false);
+    expect_values(op_rmsnorm(ctx, z, NULL, 1), (double[]){0, 0, 0}, 3, 0);
+    ctx_destroy(ctx);
+}
+END_TEST
+
+START_TEST(rmsnorm_backward_hand_case) {
+    /* eps = 0: |y|^2 = C for every x, so dy = y (the gradient of |y|^2 / 2) gives dx = 0;
+     * dw[c] = sum_rows dy * xhat with dy = xhat gives the column sums of xhat^2. */
+    Ctx *ctx = cpu();
+    Tensor *x = from(ctx, GDP_F64, SHAPE(2, 2), (double[]){3, 4, 1, 1}, true);
+    Tensor *w = from(ctx, GDP_F64, SHAPE(2), (double[]){1, 1}, true);
+    Tensor *y = op_rmsnorm(ctx, x, w, 0);
+    Tensor *dy = from(ctx, GDP_F64, SHAPE(2, 2), (double[]){0.848528137423857, 1.131370849898476, 1, 1}, false);
+    tape_backward_seeded(ctx, y, dy);
+    expect_values(x->grad, (double[]){0, 0, 0, 0}, 4, 1e-12);
+    expect_values(w->grad, (double[]){0.72 + 1, 1.28 + 1}, 2, 1e-12);
+    ctx_destroy(ctx);
+}
+END_TEST
+
+static Tensor *rmsnorm_w_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 2, 11));
+    Tensor *w = gc_random(ctx, dt, &seed, 0.5, 1.5, SHAPE(11));
+    return op_rmsnorm(ctx, x, w, 1e-5);
+}
+static Tensor *rmsnorm_now_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    Tensor *x = gc_random(ctx, dt, &seed, -2, 2, SHAPE(5, 7));
+    return op_rmsnorm(ctx, x, NULL, 1e-3);
+}
+/* The weight used twice (dw set then accumulated) and x fanned out (dx accumulated). */
+static Tensor *rmsnorm_twice_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(4, 6));
+    Tensor *w = gc_random(ctx, dt, &seed, 0.5, 1.5, SHAPE(6));
+    return op_add(ctx, op_rmsnorm(ctx, op_rmsnorm(ctx, x, w, 1e-5), w, 1e-5), x);
+}
+
+START_TEST(rmsnorm_gradcheck) {
+    expect_gradcheck(rmsnorm_w_case, 1e-6);
+    expect_gradcheck(rmsnorm_now_case, 1e-6);
+    expect_gradcheck(rmsnorm_twice_case, 1e-6);
+    expect_f32_matches_f64(rmsnorm_w_case);
+    expect_f32_matches_f64(rmsnorm_twice_case);
+}
+END_TEST
+
+/* ---- l2norm --------------------------------------------------------------------------------- */
+START_TEST(l2norm_forward_hand_case) {
+    Ctx *ctx = cpu();
+    Tensor *x = from(ctx, GDP_F64, SHAPE(1, 4), (double[]){3, 4, 0, 5}, false);
+    expect_values(op_l2norm(ctx, x, 2, 0), (double[]){0.6, 0.8, 0, 1}, 4, 1e-15);
+    expect_values(op_l2norm(ctx, x, 4, 0), (double[]){0.4242640687119285, 0.565685424949238, 0, 0.7071067811865475},
+                  4, 1e-15);
+    Tensor *x32 = from(ctx, GDP_F32, SHAPE(4), (double[]){3, 4, 0, 5}, false);
+    expect_values(op_l2norm(ctx, x32, 2, 0), (double[]){0.6, 0.8, 0, 1}, 4, 1e-7);
+    ctx_destroy(ctx);
+}
+END_TEST
+
+static Tensor *l2norm_head_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 3, 8));
+    return op_l2norm(ctx, x, 8, 1e-6);
+}
+static Tensor *l2norm_slice_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 12));
+    return op_add(ctx, op_l2norm(ctx, x, 3, 1e-6), x);
+}
+
+START_TEST(l2norm_gradcheck) {
+    expect_gradcheck(l2norm_head_case, 1e-6);
+    expect_gradcheck(l2norm_slice_case, 1e-6);
+    expect_f32_matches_f64(l2norm_slice_case);
+}
+END_TEST
+
+/* ---- conv1d_causal -------------------------------------------------------------------------- */
+START_TEST(conv1d_causal_hand_case) {
+    Ctx *ctx = cpu();
+    /* x [1, 3, 2]: channel 0 = 1, 2, 3; channel 1 = 10, 20, 30. w [2, 2]: c0 (0.5, 1), c1 (1, -1). */
+    Tensor *x = from(ctx, GDP_F64, SHAPE(1, 3, 2), (double[]){1, 10, 2, 20, 3, 30}, true);
+    Tensor *w = from(ctx, GDP_F64, SHAPE(2, 2), (double[]){0.5, 1, 1, -1}, true);
+    Tensor *y = op_conv1d_causal(ctx, x, w);
+    expect_values(y, (double[]){1, -10, 2.5, -10, 4, -10}, 6, 0);
+    tape_backward_seeded(ctx, y, from(ctx, GDP_F64, SHAPE(1, 3, 2), (double[]){1, 1, 1, 1, 1, 1}, false));
+    /* dx[t] = w[., 1] + w[., 0] where t + 1 < T; dw[c, 0] = x[0] + x[1], dw[c, 1] = x[0] + x[1] + x[2] */
+    expect_values(x->grad, (double[]){1.5, 0, 1.5, 0, 1, -1}, 6, 0);
+    expect_values(w->grad, (double[]){3, 6, 30, 60}, 4, 0);
+    ctx_destroy(ctx);
+}
+END_TEST
+
+static Tensor *conv_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 9, 3));
+    Tensor *w = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 4));
+    return op_conv1d_causal(ctx, x, w);
+}
+/* Longer kernel than the sequence, and both gradients accumulated by a second use. */
+static Tensor *conv_twice_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 3, 2));
+    Tensor *w = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 5));
+    return op_add(ctx, op_conv1d_causal(ctx, op_conv1d_causal(ctx, x, w), w), x);
+}
+
+START_TEST(conv1d_causal_gradcheck) {
+    expect_gradcheck(conv_case, 1e-6);
+    expect_gradcheck(conv_twice_case, 1e-6);
+    expect_f32_matches_f64(conv_case);
+}
+END_TEST
+
+/* ---- fused: gated_rmsnorm, swiglu ----------------------------------------------------------- */
+START_TEST(gated_rmsnorm_forward_hand_case) {
+    Ctx *ctx = cpu();
+    Tensor *o = from(ctx, GDP_F64, SHAPE(1, 2), (double[]){3, 4}, false);
+    Tensor *z = from(ctx, GDP_F64, SHAPE(1, 2), (double[]){1, -1}, false);
+    Tensor *w = from(ctx, GDP_F64, SHAPE(2), (double[]){1, 2}, false);
+    /* rmsnorm(o) = (0.8485, 1.1314); times w = (1, 2); times silu(z) */
+    expect_values(op_gated_rmsnorm(ctx, o, z, w, 0), (double[]){0.6203237740726504, -0.6085449689365511}, 2, 1e-14);
+    Tensor *zero_gate = from(ctx, GDP_F32, SHAPE(1, 2), (double[]){0, 0}, false);
+    Tensor *o32 = from(ctx, GDP_F32, SHAPE(1, 2), (double[]){3, 4}, false);
+    Tensor *w32 = from(ctx, GDP_F32, SHAPE(2), (double[]){1, 2}, false);
+    expect_values(op_gated_rmsnorm(ctx, o32, zero_gate, w32, 1e-5), (double[]){0, 0}, 2, 0);
+    ctx_destroy(ctx);
+}
+END_TEST
+
+static Tensor *grms_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    Tensor *o = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 3, 10));
+    Tensor *z = gc_random(ctx, dt, &seed, -3, 3, SHAPE(2, 3, 10));
+    Tensor *w = gc_random(ctx, dt, &seed, 0.5, 1.5, SHAPE(10));
+    return op_gated_rmsnorm(ctx, o, z, w, 1e-5);
+}
+/* o and z one tensor (do and dz land in one gradient, first write of it in both nodes), w used
+ * twice (dw set, then accumulated). */
+static Tensor *grms_alias_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    Tensor *o = gc_random(ctx, dt, &seed, -2, 2, SHAPE(4, 6));
+    Tensor *w = gc_random(ctx, dt, &seed, 0.5, 1.5, SHAPE(6));
+    Tensor *y = op_gated_rmsnorm(ctx, o, o, w, 1e-5);
+    return op_gated_rmsnorm(ctx, y, y, w, 1e-5);
+}
+
+START_TEST(gated_rmsnorm_gradcheck) {
+    expect_gradcheck(grms_case, 1e-6);
+    expect_gradcheck(grms_alias_case, 1e-6);
+    expect_f32_matches_f64(grms_case);
+    expect_f32_matches_f64(grms_alias_case);
+}
+END_TEST
+
+START_TEST(swiglu_hand_case) {
+    Ctx *ctx = cpu();
+    Tensor *a = from(ctx, GDP_F64, SHAPE(3), (double[]){0, 1, -1}, true);
+    Tensor *b = from(ctx, GDP_F64, SHAPE(3), (double[]){2, 3, 4}, true);
+    Tensor *y = op_swiglu(ctx, a, b);
+    expect_values(y, (double[]){0, 2.193175735890015, -1.0757656854799804}, 3, 1e-14);
+    tape_backward_seeded(ctx, y, from(ctx, GDP_F64, SHAPE(3), (double[]){1, 1, 1}, false));
+    /* da = b * silu'(a): silu'(0) = 1/2; db = silu(a) */
+    double s1 = 0.7310585786300049, sm1 = 1 - s1;
+    expect_values(a->grad, (double[]){1, 3 * s1 * (2 - s1), 4 * sm1 * (1 - (1 - sm1))}, 3, 1e-14);
+    expect_values(b->grad, (double[]){0, 0.7310585786300049, -0.2689414213699951}, 3, 1e-14);
+    ctx_destroy(ctx);
+}
+END_TEST
+
+static Tensor *swiglu_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    Tensor *a = gc_random(ctx, dt, &seed, -4, 4, SHAPE(5, 6));
+    Tensor *b = gc_random(ctx, dt, &seed, -2, 2, SHAPE(5, 6));
+    return op_swiglu(ctx, a, b);
+}
+static Tensor *swiglu_self_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    Tensor *a = gc_random(ctx, dt, &seed, -4, 4, SHAPE(3, 5));
+    Tensor *y = op_swiglu(ctx, a, a); /* a * silu(a): da and db are one gradient, first written here */
+    return op_add(ctx, op_swiglu(ctx, y, y), a);
+}
+
+START_TEST(swiglu_gradcheck) {
+    expect_gradcheck(swiglu_case, 1e-6);
+    expect_gradcheck(swiglu_self_case, 1e-6);
+    expect_f32_matches_f64(swiglu_case);
+    expect_f32_matches_f64(swiglu_self_case);
+}
+END_TEST
+
+/* ---- argument errors: each exits 1 --------------------------------------------------------- */
+START_TEST(silu_null_input) { op_silu(cpu(), NULL); }
+END_TEST
+START_TEST(exp_int_input) {
+    Ctx *ctx = cpu();
+    op_exp(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_I32, SHAPE(3)));
+}
+END_TEST
+START_TEST(softplus_strided_input) {
+    Ctx *ctx = cpu();
+    op_softplus(ctx, op_transpose(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 3)), 0, 1));
+}
+END_TEST
+START_TEST(rmsnorm_weight_shape_mismatch) {
+    Ctx *ctx = cpu();
+    op_rmsnorm(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 4)), tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(5)),
+               1e-5);
+}
+END_TEST
+START_TEST(rmsnorm_weight_dtype_mismatch) {
+    Ctx *ctx = cpu();
+    op_rmsnorm(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 4)), tensor_zeros(ctx, LIFE_ACT, GDP_F32, SHAPE(4)),
+               1e-5);
+}
+END_TEST
+START_TEST(rmsnorm_null_input) { op_rmsnorm(cpu(), NULL, NULL, 1e-5); }
+END_TEST
+START_TEST(rmsnorm_negative_eps) {
+    Ctx *ctx = cpu();
+    op_rmsnorm(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 4)), NULL, -1);
+}
+END_TEST
+START_TEST(l2norm_group_not_dividing) {
+    Ctx *ctx = cpu();
+    op_l2norm(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 6)), 4, 1e-6);
+}
+END_TEST
+START_TEST(l2norm_group_zero) {
+    Ctx *ctx = cpu();
+    op_l2norm(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 6)), 0, 1e-6);
+}
+END_TEST
+START_TEST(l2norm_null_input) { op_l2norm(cpu(), NULL, 4, 1e-6); }
+END_TEST
+START_TEST(conv_channel_mismatch) {
+    Ctx *ctx = cpu();
+    op_conv1d_causal(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(1, 4, 3)),
+                     tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 4)));
+}
+END_TEST
+START_TEST(conv_x_not_3d) {
+    Ctx *ctx = cpu();
+    op_conv1d_causal(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(4, 3)),
+                     tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(3, 4)));
+}
+END_TEST
+START_TEST(conv_kernel_too_wide) {
+    Ctx *ctx = cpu();
+    op_conv1d_causal(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(1, 4, 3)),
+                     tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(3, 9)));
+}
+END_TEST
+START_TEST(conv_dtype_mismatch) {
+    Ctx *ctx = cpu();
+    op_conv1d_causal(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(1, 4, 3)),
+                     tensor_zeros(ctx, LIFE_ACT, GDP_F32, SHAPE(3, 4)));
+}
+END_TEST
+START_TEST(conv_null_weight) {
+    Ctx *ctx = cpu();
+    op_conv1d_causal(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(1, 4, 3)), NULL);
+}
+END_TEST
+START_TEST(gated_rmsnorm_shape_mismatch) {
+    Ctx *ctx = cpu();
+    op_gated_rmsnorm(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 4)),
+                     tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(4, 2)), tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(4)),
+                     1e-5);
+}
+END_TEST
+START_TEST(gated_rmsnorm_weight_mismatch) {
+    Ctx *ctx = cpu();
+    op_gated_rmsnorm(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 4)),
+                     tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 4)), tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2)),
+                     1e-5);
+}
+END_TEST
+START_TEST(gated_rmsnorm_dtype_mismatch) {
+    Ctx *ctx = cpu();
+    op_gated_rmsnorm(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 4)),
+                     tensor_zeros(ctx, LIFE_ACT, GDP_F32, SHAPE(2, 4)), tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(4)),
+                     1e-5);
+}
+END_TEST
+START_TEST(gated_rmsnorm_null_weight) {
+    Ctx *ctx = cpu();
+    Tensor *o = tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 4));
+    op_gated_rmsnorm(ctx, o, o, NULL, 1e-5);
+}
+END_TEST
+START_TEST(swiglu_shape_mismatch) {
+    Ctx *ctx = cpu();
+    op_swiglu(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 3)), tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(3)));
+}
+END_TEST
+START_TEST(swiglu_dtype_mismatch) {
+    Ctx *ctx = cpu();
+    op_swiglu(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(3)), tensor_zeros(ctx, LIFE_ACT, GDP_F32, SHAPE(3)));
+}
+END_TEST
+START_TEST(swiglu_null_input) {
+    Ctx *ctx = cpu();
+    op_swiglu(ctx, NULL, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(3)));
+}
+END_TEST
+
+static Suite *make_suite(void) {
+    Suite *s = suite_create("ops_b");
+    TCase *tc = tcase_create("ops_b");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, pointwise_forward_hand_cases);
+    tcase_add_test(tc, pointwise_backward_hand_cases);
+    tcase_add_test(tc, pointwise_gradcheck);
+    tcase_add_test(tc, rmsnorm_forward_hand_case);
+    tcase_add_test(tc, rmsnorm_backward_hand_case);
+    tcase_add_test(tc, rmsnorm_gradcheck);
+    tcase_add_test(tc, l2norm_forward_hand_case);
+    tcase_add_test(tc, l2norm_gradcheck);
+    tcase_add_test(tc, conv1d_causal_hand_case);
+    tcase_add_test(tc, conv1d_causal_gradcheck);
+    tcase_add_test(tc, gated_rmsnorm_forward_hand_case);
+    tcase_add_test(tc, gated_rmsnorm_gradcheck);
+    tcase_add_test(tc, swiglu_hand_case);
+    tcase_add_test(tc, swiglu_gradcheck);
+    tcase_add_exit_test(tc, silu_null_input, 1);
+    tcase_add_exit_test(tc, exp_int_input, 1);
+    tcase_add_exit_test(tc, softplus_strided_input, 1);
+    tcase_add_exit_test(tc, rmsnorm_weight_shape_mismatch, 1);
+    tcase_add_exit_test(tc, rmsnorm_weight_dtype_mismatch, 1);
+    tcase_add_exit_test(tc, rmsnorm_null_input, 1);
+    tcase_add_exit_test(tc, rmsnorm_negative_eps, 1);
+    tcase_add_exit_test(tc, l2norm_group_not_dividing, 1);
+    tcase_add_exit_test(tc, l2norm_group_zero, 1);
+    tcase_add_exit_test(tc, l2norm_null_input, 1);
+    tcase_add_exit_test(tc, conv_channel_mismatch, 1);
+    tcase_add_exit_test(tc, conv_x_not_3d, 1);
+    tcase_add_exit_test(tc, conv_kernel_too_wide, 1);
+    tcase_add_exit_test(tc, conv_dtype_mismatch, 1);
+    tcase_add_exit_test(tc, conv_null_weight, 1);
+    tcase_add_exit_test(tc, gated_rmsnorm_shape_mismatch, 1);
+    tcase_add_exit_test(tc, gated_rmsnorm_weight_mismatch, 1);
+    tcase_add_exit_test(tc, gated_rmsnorm_dtype_mismatch, 1);
+    tcase_add_exit_test(tc, gated_rmsnorm_null_weight, 1);
+    tcase_add_exit_test(tc, swiglu_shape_mismatch, 1);
+    tcase_add_exit_test(tc, swiglu_dtype_mismatch, 1);
+    tcase_add_exit_test(tc, swiglu_null_input, 1);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+GDP_TEST_MAIN(make_suite)

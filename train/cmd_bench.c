@@ -1,0 +1,261 @@
+/* gdp bench op: times the Gated DeltaProduct op on CUDA (forward, and forward + backward) with
+ * CUDA events, the median of --iters runs after --warmup runs, and prints TFLOP/s (FLOPs counted
+ * as research/fla-study.md §6: full 64x64 tiles, chunk C = 64, L = n*T rows) and the time over
+ * the floor max(FLOPs / 709 TFLOP/s, minimum bytes / 4.2 TB/s) (baselines/h200.md, measured).
+ * GDP_BENCH_PROFILE=1: after the timing, one more run with every kernel timed on its own (stderr). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "kernels/gated_deltaproduct.h"
+#include "train/cli.h"
+#include "train/commands.h"
+
+#ifdef GDP_CUDA
+#include <cuda_runtime.h>
+#endif
+
+static const CliOpt bench_opts[] = {
+    {"B", 0, "N", "batch size (default 8)"},
+    {"T", 0, "N", "tokens per sequence (default 2048)"},
+    {"H", 0, "N", "heads (default 16)"},
+    {"K", 0, "N", "key dimension (default 128)"},
+    {"V", 0, "N", "value dimension (default 128)"},
+    {"n", 0, "LIST", "n_h (householder) or r (split) values, comma separated (default 1,2,3)"},
+    {"mode", 0, "MODE", "householder (default) or split"},
+    {"dtype", 0, "DT", "bf16 (default) or f32"},
+    {"iters", 0, "N", "timed runs, median reported (default 20)"},
+    {"warmup", 0, "N", "untimed runs first (default 3)"},
+};
+static const CliCommand bench_cmd = {
+    "bench", "gdp bench op [--B N --T N --H N --K N --V N --n 1,2,3 --mode householder|split --dtype bf16|f32 --iters N]",
+    "Times the Gated DeltaProduct op on the GPU: forward and forward+backward in ms (median of --iters\n"
+    "runs timed with CUDA events after --warmup runs), TFLOP/s with FLOPs counted as fla-study §6, and\n"
+    "the ratio to the floor max(FLOPs / 709 TFLOP/s, minimum bytes / 4.2 TB/s). Gate on, no h0/ht.",
+    bench_opts, (int)GDP_ARRAY_LEN(bench_opts)};
+
+typedef struct BenchArgs {
+    int B, T, H, K, V, iters, warmup;
+    int ns[16], n_ns;
+    GdpMode mode;
+    DType dt;
+} BenchArgs;
+
+static void on_opt(const CliOpt *o, const char *v, void *user) {
+    BenchArgs *a = (BenchArgs *)user;
+    if (!strcmp(o->name, "B")) a->B = (int)cli_int("B", v, 1, 1 << 20);
+    if (!strcmp(o->name, "T")) a->T = (int)cli_int("T", v, 1, 1 << 24);
+    if (!strcmp(o->name, "H")) a->H = (int)cli_int("H", v, 1, 1 << 12);
+    if (!strcmp(o->name, "K")) a->K = (int)cli_int("K", v, 1, 256);
+    if (!strcmp(o->name, "V")) a->V = (int)cli_int("V", v, 1, 256);
+    if (!strcmp(o->name, "iters")) a->iters = (int)cli_int("iters", v, 1, 100000);
+    if (!strcmp(o->name, "warmup")) a->warmup = (int)cli_int("warmup", v, 0, 100000);
+    if (!strcmp(o->name, "mode")) {
+        if (!strcmp(v, "householder")) a->mode = GDP_MODE_HOUSEHOLDER;
+        else if (!strcmp(v, "split")) a->mode = GDP_MODE_SPLIT;
+        else cli_usage_error(&bench_cmd, "--mode '%s' must be householder or split", v);
+    }
+    if (!strcmp(o->name, "dtype")) {
+        if (!strcmp(v, "bf16")) a->dt = GDP_BF16;
+        else if (!strcmp(v, "f32")) a->dt = GDP_F32;
+        else cli_usage_error(&bench_cmd, "--dtype '%s' must be bf16 or f32", v);
+    }
+    if (!strcmp(o->name, "n")) {
+        a->n_ns = 0;
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s", v);
+        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+            if (a->n_ns >= 16) cli_usage_error(&bench_cmd, "--n takes at most 16 values");
+            a->ns[a->n_ns++] = (int)cli_int("n", tok, 1, 64);
+        }
+        if (a->n_ns == 0) cli_usage_error(&bench_cmd, "--n needs at least one value, e.g. --n 1,2,3");
+    }
+}
+
+/* FLOPs of research/fla-study.md §6 (full 64-wide tiles), whole batch */
+static double flops_fwd(double B, double T, double H, double K, double V, double n) {
+    const double C = 64, L = n * T;
+    return B * H * (L * (2 * C * K + 4 * C * (K + V) + 4 * K * V) + 2 * T * K * V);
+}
+static double flops_bwd(double B, double T, double H, double K, double V, double n) {
+    const double C = 64, L = n * T;
+    return B * H * L * (18 * C * K + 10 * C * V + 16 * K * V + 4 * C * C);
+}
+
+/* Peer (fla, bf16, B=8 T=2048 H=16 K=V=128 householder), baselines/h200.md */
+static const double peer_fwd[4] = {0, 1.264, 1.177, 1.405}, peer_fb[4] = {0, 3.470, 3.738, 5.353};
+
+#ifdef GDP_CUDA
+#define BCK(call)                                                                                       \
+    do {                                                                                                \
+        cudaError_t e_ = (call);                                                                        \
+        if (e_ != cudaSuccess) gdp_fatal("CUDA call failed: %s: %s", #call, cudaGetErrorString(e_));     \
+    } while (0)
+
+/* Device buffer of n elements from a fixed random pool (fast for GB-sized inputs). kind: 0 normal,
+ * 1 beta = sigmoid(normal), 2 g = logsigmoid(normal + 2), 3 unit-norm rows of width w. */
+static void *bench_buffer(int64_t n, DType dt, int kind, int w, const float *pool, int pool_n, uint64_t salt) {
+    size_t es = dtype_size(dt);
+    float *f = (float *)xmalloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        float x = pool[(uint64_t)(i * 2654435761ULL + salt) % (uint64_t)pool_n];
+        if (kind == 1) x = 1.f / (1.f + expf(-x));
+        if (kind == 2) x = -log1pf(expf(-(x + 2.f)));
+        f[i] = x;
+    }
+    if (kind == 3)
+        for (int64_t r = 0; r < n / w; r++) {
+            double a = 0;
+            for (int x = 0; x < w; x++) a += (double)f[r * w + x] * f[r * w + x];
+            float s = (float)(1.0 / sqrt(a > 0 ? a : 1));
+            for (int x = 0; x < w; x++) f[r * w + x] *= s;
+        }
+    void *h = f;
+    if (dt == GDP_BF16) {
+        uint16_t *b = (uint16_t *)xmalloc(2 * (size_t)n);
+        for (int64_t i = 0; i < n; i++) b[i] = f32_to_bf16(f[i]);
+        free(f);
+        h = b;
+    }
+    void *d;
+    BCK(cudaMalloc(&d, es * (size_t)n));
+    BCK(cudaMemcpy(d, h, es * (size_t)n, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void check_status(GdpStatus st, const char *what) {
+    if (st != GDP_OK) gdp_fatal("%s failed (status %d): %s", what, (int)st, gdp_last_error());
+}
+
+static int bench_run(const BenchArgs *a) {
+    float *pool = (float *)xmalloc(sizeof(float) * (1 << 20));
+    Rng rng;
+    rng_seed(&rng, 1234);
+    for (int i = 0; i < (1 << 20); i++) pool[i] = (float)rng_normal(&rng);
+    printf("gdp bench op: mode %s, dtype %s, B=%d T=%d H=%d K=%d V=%d, median of %d (warm-up %d)\n",
+           a->mode == GDP_MODE_SPLIT ? "split" : "householder", dtype_name(a->dt), a->B, a->T, a->H, a->K, a->V,
+           a->iters, a->warmup);
+    printf("%-3s %10s %9s %8s %12s %9s %8s %10s %10s\n", "n", "fwd ms", "TFLOP/s", "x floor", "fwd+bwd ms", "TFLOP/s",
+           "x floor", "peer fwd", "peer f+b");
+    const double peak = 709e12, bw = 4.2e12;
+    for (int ni = 0; ni < a->n_ns; ni++) {
+        const int n = a->ns[ni];
+        GdpDesc d;
+        memset(&d, 0, sizeof d);
+        d.mode = a->mode, d.B = a->B, d.T = a->T, d.H = a->H, d.K = a->K, d.V = a->V, d.n = n, d.dtype = a->dt;
+        if (gdp_validate(&d) != GDP_OK) gdp_fatal("gdp bench: %s", gdp_last_error());
+        const int slots = a->mode == GDP_MODE_HOUSEHOLDER ? n : 1;
+        const int64_t BTH = (int64_t)a->B * a->T * a->H;
+        const int64_t nq = BTH * a->K, nk = BTH * slots * a->K, nv = BTH * slots * a->V, nb = BTH * slots, no = BTH * a->V;
+        void *q = bench_buffer(nq, a->dt, 0, 0, pool, 1 << 20, 1);
+        void *k = bench_buffer(nk, a->dt, 3, a->mode == GDP_MODE_SPLIT ? a->K / n : a->K, pool, 1 << 20, 2);
+        void *v = bench_buffer(nv, a->dt, 0, 0, pool, 1 << 20, 3);
+        void *beta = bench_buffer(nb, a->dt, 1, 0, pool, 1 << 20, 4);
+        void *g = bench_buffer(BTH, GDP_F32, 2, 0, pool, 1 << 20, 5);
+        void *d_o = bench_buffer(no, a->dt, 0, 0, pool, 1 << 20, 6);
+        void *mask = NULL;
+        if (a->mode == GDP_MODE_SPLIT) {
+            float *m = (float *)xcalloc((size_t)a->H * n * n, sizeof(float));
+            for (int h = 0; h < a->H; h++)
+                for (int i = 0; i < n; i++) m[(h * n + i) * n + i] = 1.f;
+            BCK(cudaMalloc(&mask, sizeof(float) * (size_t)a->H * n * n));
+            BCK(cudaMemcpy(mask, m, sizeof(float) * (size_t)a->H * n * n, cudaMemcpyHostToDevice));
+            free(m);
+        }
+        const size_t es = dtype_size(a->dt);
+        void *o, *dq, *dk, *dv, *dbeta, *dg, *dmask = NULL, *ws;
+        BCK(cudaMalloc(&o, es * (size_t)no));
+        BCK(cudaMalloc(&dq, es * (size_t)nq));
+        BCK(cudaMalloc(&dk, es * (size_t)nk));
+        BCK(cudaMalloc(&dv, es * (size_t)nv));
+        BCK(cudaMalloc(&dbeta, es * (size_t)nb));
+        BCK(cudaMalloc(&dg, 4 * (size_t)BTH));
+        if (mask) BCK(cudaMalloc(&dmask, sizeof(float) * (size_t)a->H * n * n));
+        const size_t wsb = gdp_backward_workspace_bytes(&d);
+        BCK(cudaMalloc(&ws, wsb));
+        cudaStream_t st;
+        BCK(cudaStreamCreate(&st));
+        GdpForwardArgs fa = {q, k, v, beta, g, mask, NULL, o, NULL};
+        GdpBackwardArgs ba = {q, k, v, beta, g, mask, NULL, d_o, NULL, dq, dk, dv, dbeta, dg, dmask, NULL};
+        cudaEvent_t e0, e1;
+        BCK(cudaEventCreate(&e0));
+        BCK(cudaEventCreate(&e1));
+        float *tf = (float *)xmalloc(sizeof(float) * (size_t)a->iters), *tb = (float *)xmalloc(sizeof(float) * (size_t)a->iters);
+        for (int pass = 0; pass < 2; pass++) {
+            for (int it = -a->warmup; it < a->iters; it++) {
+                BCK(cudaEventRecord(e0, st));
+                check_status(gdp_forward_cuda(&d, &fa, ws, wsb, st), "gdp_forward_cuda");
+                if (pass == 1) check_status(gdp_backward_cuda(&d, &ba, ws, wsb, st), "gdp_backward_cuda");
+                BCK(cudaEventRecord(e1, st));
+                BCK(cudaEventSynchronize(e1));
+                float ms;
+                BCK(cudaEventElapsedTime(&ms, e0, e1));
+                if (it >= 0) (pass ? tb : tf)[it] = ms;
+            }
+        }
+        if (getenv("GDP_BENCH_PROFILE")) { /* one more forward + backward, each kernel timed (stderr) */
+            setenv("GDP_PROFILE", "1", 1);
+            fprintf(stderr, "-- kernels, n=%d\n", n);
+            check_status(gdp_forward_cuda(&d, &fa, ws, wsb, st), "gdp_forward_cuda");
+            check_status(gdp_backward_cuda(&d, &ba, ws, wsb, st), "gdp_backward_cuda");
+            BCK(cudaStreamSynchronize(st));
+            unsetenv("GDP_PROFILE");
+        }
+        qsort(tf, (size_t)a->iters, sizeof(float), cmp_float);
+        qsort(tb, (size_t)a->iters, sizeof(float), cmp_float);
+        const double mf = tf[a->iters / 2], mb = tb[a->iters / 2];
+        const double Ff = flops_fwd(a->B, a->T, a->H, a->K, a->V, n), Fb = flops_bwd(a->B, a->T, a->H, a->K, a->V, n);
+        const double e = (double)es;
+        const double in_bytes = e * (nq + nk + nv + nb + no /* do */) + 4.0 * BTH;
+        const double fwd_bytes = e * (nq + nk + nv + nb + no) + 4.0 * BTH;
+        const double bwd_bytes = in_bytes + e * (nq + nk + nv + nb) + 4.0 * BTH;
+        const double floor_f = fmax(Ff / peak, fwd_bytes / bw) * 1e3;
+        const double floor_fb = fmax((Ff + Fb) / peak, (fwd_bytes + bwd_bytes) / bw) * 1e3;
+        char pf[16] = "-", pb[16] = "-";
+        if (a->B == 8 && a->T == 2048 && a->H == 16 && a->K == 128 && a->V == 128 && a->dt == GDP_BF16 &&
+            a->mode == GDP_MODE_HOUSEHOLDER && n <= 3) {
+            snprintf(pf, sizeof pf, "%.3f", peer_fwd[n]);
+            snprintf(pb, sizeof pb, "%.3f", peer_fb[n]);
+        }
+        printf("%-3d %10.3f %9.1f %8.2f %12.3f %9.1f %8.2f %10s %10s\n", n, mf, Ff / (mf * 1e-3) / 1e12, mf / floor_f, mb,
+               (Ff + Fb) / (mb * 1e-3) / 1e12, mb / floor_fb, pf, pb);
+        fflush(stdout);
+        free(tf);
+        free(tb);
+        BCK(cudaEventDestroy(e0));
+        BCK(cudaEventDestroy(e1));
+        BCK(cudaStreamDestroy(st));
+        void *bufs[] = {q, k, v, beta, g, d_o, mask, o, dq, dk, dv, dbeta, dg, dmask, ws};
+        for (size_t i = 0; i < GDP_ARRAY_LEN(bufs); i++)
+            if (bufs[i]) BCK(cudaFree(bufs[i]));
+    }
+    free(pool);
+    return 0;
+}
+#endif
+
+int cmd_bench(int argc, char **argv) {
+    BenchArgs a = {8, 2048, 16, 128, 128, 20, 3, {1, 2, 3}, 3, GDP_MODE_HOUSEHOLDER, GDP_BF16};
+    char *pos[2];
+    int np = cli_parse(&bench_cmd, argc, argv, on_opt, &a, pos, 2);
+    if (np != 1 || strcmp(pos[0], "op"))
+        cli_usage_error(&bench_cmd, "say what to time: 'gdp bench op' (the Gated DeltaProduct op)");
+    if (a.mode == GDP_MODE_SPLIT)
+        for (int i = 0; i < a.n_ns; i++)
+            if (a.K % a.ns[i])
+                cli_usage_error(&bench_cmd, "split mode needs K divisible by r: K=%d, r=%d", a.K, a.ns[i]);
+#ifdef GDP_CUDA
+    return bench_run(&a);
+#else
+    fprintf(stderr, "gdp bench: this build has no CUDA (built with NO_CUDA=1 or without nvcc); rebuild with CUDA\n");
+    return 1;
+#endif
+}

@@ -1,0 +1,617 @@
+/* gdp train: trains a Gated DeltaProduct language model. train_run reads top-down as the recipe:
+ *   model config -> data -> context -> model and optimizer -> resume -> for each step:
+ *   [micro-steps: forward, loss, backward] -> all-reduce -> clip + AdamW -> log, eval, checkpoint
+ *   -> final checkpoint and loss plot. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/common.h"
+#include "core/params.h"
+#include "core/tape.h"
+#include "data/loader.h"
+#include "data/tokenizer.h"
+#include "layers/model.h"
+#include "train/checkpoint.h"
+#include "train/cli.h"
+#include "train/commands.h"
+#include "train/logger.h"
+#include "train/optim.h"
+#include "train/train.h"
+
+/* ---- options ------------------------------------------------------------------------------------ */
+
+TrainOptions train_default_options(void) {
+    TrainOptions o;
+    memset(&o, 0, sizeof o);
+    o.val_fraction = LOADER_DEFAULT_VAL_FRACTION;
+    o.device = "cpu";
+    o.steps = 1000;
+    o.batch = 8, o.seq = 256, o.grad_accum = 1;
+    o.lr = 1e-3, o.final_lr_frac = 0.1, o.warmup = -1, o.schedule = LR_COSINE;
+    o.clip = 1.0, o.weight_decay = 0.1, o.beta1 = 0.9, o.beta2 = 0.95, o.eps = 1e-8;
+    o.eval_every = 100, o.eval_batches = 8;
+    o.checkpoint_every = 0, o.keep = 3;
+    o.seed = 1;
+    o.print_every = 1;
+    o.peak_tflops = 989.0;
+    return o;
+}
+
+static bool text_mentions_key(const char *text, const char *key) {
+    for (const char *p = strstr(text, key); p; p = strstr(p + 1, key)) {
+        bool start = p == text || p[-1] == '\n' || p[-1] == ' ' || p[-1] == '\t';
+        const char *q = p + strlen(key);
+        while (*q == ' ' || *q == '\t') q++;
+        if (start && *q == '=') return true;
+    }
+    return false;
+}
+
+bool train_resolve_config(const TrainOptions *o, ModelConfig *cfg, bool *vocab_given, char *err, size_t len) {
+    *cfg = model_config_default();
+    *vocab_given = false;
+    const char *preset = o->preset ? o->preset : (o->config_file ? NULL : "tiny");
+    if (preset && !model_config_preset(cfg, preset)) {
+        snprintf(err, len, "unknown preset '%s': use one of %s", preset, model_config_preset_names());
+        return false;
+    }
+    if (o->config_file) {
+        if (!model_config_load_file(cfg, o->config_file, err, len)) return false;
+        FILE *f = fopen(o->config_file, "rb");
+        if (f) {
+            char buf[1 << 16];
+            size_t n = fread(buf, 1, sizeof buf - 1, f);
+            buf[n] = 0;
+            fclose(f);
+            *vocab_given |= text_mentions_key(buf, "vocab_size");
+        }
+    }
+    for (int i = 0; i < o->n_sets; i++) {
+        if (!model_config_set_kv(cfg, o->sets[i], err, len)) return false;
+        *vocab_given |= text_mentions_key(o->sets[i], "vocab_size");
+    }
+    return model_config_validate(cfg, err, len);
+}
+
+/* ---- memory ------------------------------------------------------------------------------------- */
+
+/* Floats per token the forward keeps (activations and saved tensors), by the model's widths. An
+ * over-estimate: measured use is about 0.55-0.65 of it for acts and 1.2x of it for grads. */
+static double act_floats_per_token(const ModelConfig *c) {
+    double D = c->hidden_size, I = cfg_intermediate(c), kd = cfg_key_dim(c), vd = cfg_value_dim(c);
+    double s = cfg_slots(c), H = c->num_heads;
+    double layer = 12 * D + 4 * I + 5 * (kd + s * kd + s * vd) + 4 * vd + 6 * s * H + 6 * H;
+    return c->num_hidden_layers * layer + 3.0 * cfg_out_dim(c) + 4 * D;
+}
+
+CtxSizes train_ctx_sizes(const ModelConfig *cfg, int64_t batch, int64_t seq, Device dev, const TrainOptions *o) {
+    CtxSizes s = ctx_default_sizes();
+    const double MiB = 1024.0 * 1024.0, tokens = (double)batch * seq;
+    double F = act_floats_per_token(cfg);
+    int64_t n_tensors = 24 * (int64_t)cfg->num_hidden_layers + 8;
+    double params = (double)model_config_param_count(cfg) + 64.0 * n_tensors; /* + alignment padding */
+    /* params, grads, AdamW m and v, all float32 */
+    s.persist_bytes = (size_t)(16.0 * params + 64 * MiB);
+    s.act_bytes = (size_t)(4.0 * tokens * F + 64 * MiB);
+    s.grad_bytes = (size_t)(7.0 * tokens * F + 64 * MiB);
+    /* per-op temporaries: gradients of the GDP op's inputs and, on CUDA, its workspace */
+    double kd = cfg_key_dim(cfg), vd = cfg_value_dim(cfg), sl = cfg_slots(cfg);
+    double scratch = 4.0 * tokens * 3 * (kd + sl * kd + sl * vd + sl * cfg->num_heads) + 64 * MiB;
+#ifdef GDP_CUDA
+    if (dev == DEV_CUDA) {
+        GdpDesc d = {.mode = cfg->mode, .B = (int)batch, .T = (int)seq, .H = cfg->num_heads, .K = cfg->head_dim,
+                     .V = cfg_head_v_dim(cfg), .n = cfg->num_householder, .dtype = GDP_F32};
+        size_t fw = gdp_forward_workspace_bytes(&d), bw = gdp_backward_workspace_bytes(&d);
+        scratch += (double)(fw > bw ? fw : bw);
+    }
+#else
+    (void)dev;
+#endif
+    s.scratch_bytes = (size_t)scratch;
+    s.tape_nodes = 64 * cfg->num_hidden_layers + 256;
+    if (o) {
+        if (o->persist_mem_mb > 0) s.persist_bytes = (size_t)(o->persist_mem_mb * MiB);
+        if (o->act_mem_mb > 0) s.act_bytes = (size_t)(o->act_mem_mb * MiB);
+        if (o->grad_mem_mb > 0) s.grad_bytes = (size_t)(o->grad_mem_mb * MiB);
+        if (o->scratch_mem_mb > 0) s.scratch_bytes = (size_t)(o->scratch_mem_mb * MiB);
+    }
+    return s;
+}
+
+/* ---- data through the loader -------------------------------------------------------------------- */
+
+static void ld_next(void *u, int32_t *in, int32_t *tg) { loader_next_batch((Loader *)u, in, tg); }
+static void ld_reset(void *u) { loader_reset((Loader *)u); }
+static int ld_get(void *u, int64_t *out, int max) {
+    LoaderState s = loader_get_state((Loader *)u);
+    GDP_CHECK(max >= LOADER_STATE_N, "loader state needs %d values", LOADER_STATE_N);
+    memcpy(out, &s, sizeof s);
+    return LOADER_STATE_N;
+}
+static void ld_set(void *u, const int64_t *st, int n) {
+    GDP_CHECK(n == LOADER_STATE_N, "the checkpoint's data position has %d values, the loader wants %d: it was "
+              "written for other data", n, LOADER_STATE_N);
+    LoaderState s;
+    memcpy(&s, st, sizeof s);
+    loader_set_state((Loader *)u, &s);
+}
+static TrainData loader_data(Loader *l) { return (TrainData){l, ld_next, ld_reset, ld_get, ld_set}; }
+
+/* ---- evaluation --------------------------------------------------------------------------------- */
+
+double train_evaluate(Model *m, TrainData *src, int batches, int B, int T, Dist *dist) {
+    Ctx *ctx = m->ctx;
+    int32_t *in = (int32_t *)xmalloc((size_t)B * T * sizeof(int32_t));
+    int32_t *tg = (int32_t *)xmalloc((size_t)B * T * sizeof(int32_t));
+    bool was = ctx->grad_enabled;
+    ctx->grad_enabled = false;
+    if (src->reset) src->reset(src->user);
+    double sum = 0;
+    for (int i = 0; i < batches; i++) {
+        src->next_batch(src->user, in, tg);
+        Tensor *loss = model_loss_host(m, in, tg, B, T);
+        double v;
+        tensor_to_doubles(loss, &v);
+        sum += v;
+        ctx_step_reset(ctx);
+    }
+    ctx->grad_enabled = was;
+    free(in), free(tg);
+    double mean = batches > 0 ? sum / batches : NAN;
+    return dist ? dist_mean_double(dist, mean) : mean;
+}
+
+/* ---- helpers ------------------------------------------------------------------------------------ */
+
+static void fmt_duration(double s, char *buf, size_t len) {
+    if (!isfinite(s) || s < 0) {
+        snprintf(buf, len, "?");
+        return;
+    }
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, len, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else if (t >= 60)
+        snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(buf, len, "%lds", t);
+}
+
+static void mkdir_p(const char *dir) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", dir);
+    size_t n = strlen(buf);
+    for (size_t i = 1; i <= n; i++)
+        if (buf[i] == '/' || buf[i] == 0) {
+            char c = buf[i];
+            buf[i] = 0;
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST) gdp_fatal("cannot create folder '%s': %s", buf, strerror(errno));
+            buf[i] = c;
+        }
+}
+
+char *train_resolve_checkpoint(const char *path, const char *flag) {
+    struct stat st;
+    if (stat(path, &st) != 0) gdp_fatal("%s '%s': no such file or folder", flag, path);
+    if (S_ISDIR(st.st_mode)) {
+        char *p = checkpoint_latest(path);
+        if (!p) gdp_fatal("%s '%s': the folder has no 'latest' file (no checkpoint was written there)", flag, path);
+        return p;
+    }
+    char *p = (char *)xmalloc(strlen(path) + 1);
+    strcpy(p, path);
+    return p;
+}
+
+Ctx *train_load_model(const char *ckpt, Device dev, int64_t B, int64_t T, Model *m, ParamStore *ps) {
+    char err[1024];
+    char *text = checkpoint_read_config(ckpt);
+    ModelConfig cfg = model_config_default();
+    if (!model_config_load_text(&cfg, text, ckpt, err, sizeof err) || !model_config_validate(&cfg, err, sizeof err))
+        gdp_fatal("checkpoint '%s' has an unusable model config: %s", ckpt, err);
+    free(text);
+    CtxSizes sizes = train_ctx_sizes(&cfg, B, T, dev, NULL);
+    sizes.persist_bytes = (size_t)(8.0 * (double)model_config_param_count(&cfg) + 64.0 * 1048576 +
+                                   8.0 * 64 * (24 * cfg.num_hidden_layers + 8));
+    Ctx *ctx = ctx_create(dev, sizes);
+    model_create(m, &cfg, ctx, ps, 0);
+    checkpoint_load(ckpt, ps, NULL, NULL);
+    return ctx;
+}
+
+static void write_run_config(const char *dir, const char *cfg_text, const TrainOptions *o) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/config.txt", dir);
+    FILE *f = xfopen(path, "w");
+    fprintf(f, "# model (gdp train --config accepts this file)\n%s", cfg_text);
+    fprintf(f, "# train: data=%s steps=%lld batch=%d seq=%d grad_accum=%d lr=%g schedule=%s warmup=%lld clip=%g "
+               "weight_decay=%g beta1=%g beta2=%g eps=%g seed=%llu\n",
+            o->data ? o->data : "(given)", (long long)o->steps, o->batch, o->seq, o->grad_accum, o->lr,
+            lr_kind_name(o->schedule), (long long)o->warmup, o->clip, o->weight_decay, o->beta1, o->beta2, o->eps,
+            (unsigned long long)o->seed);
+    fclose(f);
+}
+
+/* ---- the run ------------------------------------------------------------------------------------ */
+
+int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
+    char err[1024];
+    TrainResult result;
+    memset(&result, 0, sizeof result);
+    result.last_val_loss = NAN;
+    const bool root = dist_is_root(dist);
+    Device dev = device_parse(o->device, "--device");
+    GDP_CHECK(o->batch > 0 && o->seq > 0 && o->grad_accum > 0 && o->steps > 0,
+              "train: --batch, --seq, --grad-accum and --steps must be positive");
+
+    /* 1. The model config: the checkpoint's when resuming, else preset, config file and --set. */
+    char *resume_path = o->resume ? train_resolve_checkpoint(o->resume, "--resume") : NULL;
+    ModelConfig cfg;
+    bool vocab_given = false;
+    if (resume_path) {
+        char *text = checkpoint_read_config(resume_path);
+        cfg = model_config_default();
+        if (!model_config_load_text(&cfg, text, resume_path, err, sizeof err) ||
+            !model_config_validate(&cfg, err, sizeof err))
+            gdp_fatal("checkpoint '%s' has an unusable model config: %s", resume_path, err);
+        free(text);
+        vocab_given = true;
+        if (root && (o->preset || o->config_file || o->n_sets))
+            printf("note: resuming: the model config comes from %s; --preset/--config/--set are ignored\n",
+                   resume_path);
+    } else if (!train_resolve_config(o, &cfg, &vocab_given, err, sizeof err)) {
+        gdp_fatal("model config: %s", err);
+    }
+
+    /* 2. Data: this rank's slice of each global batch; the vocabulary and tokenizer come with it. */
+    Loader *train_loader = NULL, *val_loader = NULL;
+    TrainData train_src, val_src, *train = o->train_data, *val = o->val_data;
+    if (!train) {
+        GDP_CHECK(o->data, "train: give --data (a prepared shard folder, shard files, or a text file)");
+        GDP_CHECK(cfg.num_labels == 0,
+                  "train: a classification model (num_labels %d) needs per-position labels; --data gives next-token "
+                  "targets only (use the library's TrainData for labelled tasks)", cfg.num_labels);
+        LoaderConfig lc = loader_config(o->data, SPLIT_TRAIN, o->batch, o->seq);
+        lc.seed = o->seed, lc.rank = dist->rank, lc.world = dist->world, lc.val_fraction = o->val_fraction;
+        if (!loader_open_err(&lc, &train_loader, err, sizeof err)) gdp_fatal("--data: %s", err);
+        int64_t data_vocab = loader_vocab(train_loader);
+        if (data_vocab > 0) {
+            if (vocab_given && cfg.vocab_size < data_vocab)
+                gdp_fatal("vocab_size %d is smaller than the data's vocabulary %lld: drop vocab_size or raise it",
+                          cfg.vocab_size, (long long)data_vocab);
+            if (!vocab_given) cfg.vocab_size = (int)data_vocab;
+        } else {
+            /* Shards without a tokenizer: check their tokens against the model's vocabulary. */
+            loader_close(train_loader);
+            lc.vocab = cfg.vocab_size;
+            if (!loader_open_err(&lc, &train_loader, err, sizeof err)) gdp_fatal("--data: %s", err);
+        }
+        if (!resume_path) {
+            char tok_path[MODEL_PATH_LEN] = "";
+            Tokenizer *tok = tokenizer_for_data(o->data, tok_path, sizeof tok_path);
+            if (tok) tokenizer_free(tok);
+            char absbuf[PATH_MAX];
+            if (tok_path[0] && realpath(tok_path, absbuf) && strlen(absbuf) < MODEL_PATH_LEN)
+                snprintf(cfg.tokenizer, sizeof cfg.tokenizer, "%s", absbuf);
+            else
+                snprintf(cfg.tokenizer, sizeof cfg.tokenizer, "%s", tok_path);
+        }
+        train_src = loader_data(train_loader);
+        train = &train_src;
+        if (loader_split_exists(o->data, SPLIT_VAL, o->val_fraction)) {
+            LoaderConfig vc = lc;
+            vc.split = SPLIT_VAL;
+            vc.vocab = cfg.vocab_size;
+            if (loader_open_err(&vc, &val_loader, err, sizeof err)) {
+                val_src = loader_data(val_loader);
+                val = &val_src;
+            } else if (root) {
+                printf("note: no validation (%s)\n", err);
+            }
+        }
+    }
+
+    /* 3. Context, model and optimizer. */
+    const int64_t B = o->batch, T = o->seq;
+    Ctx *ctx = ctx_create(dev, train_ctx_sizes(&cfg, B, T, dev, o));
+    dist_attach(dist, ctx);
+    ParamStore ps;
+    Model model;
+    model_create(&model, &cfg, ctx, &ps, o->seed);
+    result.n_params = params_count(&ps);
+    GDP_CHECK(result.n_params == model_config_param_count(&cfg),
+              "internal: the model registered %lld parameters, the config predicts %lld", (long long)result.n_params,
+              (long long)model_config_param_count(&cfg));
+    AdamWConfig acfg = adamw_default_config();
+    acfg.beta1 = o->beta1, acfg.beta2 = o->beta2, acfg.eps = o->eps;
+    acfg.weight_decay = o->weight_decay, acfg.grad_clip = o->clip;
+    int64_t shard_start = 0, shard_end = ps.total;
+    if (o->zero_stage == 1) dist_shard_range(ps.total, dist->rank, dist->world, &shard_start, &shard_end);
+    Optimizer opt;
+    optim_init(&opt, &ps, acfg, shard_start, shard_end);
+    LrSchedule sched = {o->schedule, o->lr, o->final_lr_frac, o->warmup, o->steps, 0};
+    if (sched.warmup < 0) sched.warmup = GDP_MIN((int64_t)100, o->steps / 10);
+    lr_schedule_check(&sched);
+
+    /* 4. Resume: parameters, AdamW state, step and the data position. */
+    int64_t step = 0;
+    Rng rng;
+    rng_seed(&rng, o->seed);
+    if (resume_path) {
+        CheckpointInfo info;
+        checkpoint_load(resume_path, &ps, &opt, &info);
+        step = info.step;
+        rng = info.rng;
+        GDP_CHECK(step <= o->steps, "--resume: the checkpoint is at step %lld, past --steps %lld", (long long)step,
+                  (long long)o->steps);
+        if (info.n_loader > 0 && train->set_state) train->set_state(train->user, info.loader_state, info.n_loader);
+        checkpoint_info_free(&info);
+    }
+    const int64_t last = o->stop_at > 0 ? GDP_MIN(o->stop_at, o->steps) : o->steps;
+
+    char cfg_text[8192];
+    model_config_to_text(&cfg, cfg_text, sizeof cfg_text);
+    Logger lg;
+    logger_init(&lg, o->out, dist->rank, resume_path ? step : -1);
+    lg.quiet = true; /* our own progress line below; the logger writes log.tsv */
+    if (root && o->out) write_run_config(o->out, cfg_text, o);
+    const int64_t tokens_per_step = B * T * o->grad_accum * dist->world;
+    const double flops_per_token = 3.0 * model_config_flops_per_token(&cfg, (int)T);
+    if (root && !o->quiet) {
+        printf("model: %s mode, %d layers, hidden %d, %d heads x %d (v %d), %s %d, vocab %d, %s head: %.3fM "
+               "parameters\n",
+               cfg.mode == GDP_MODE_SPLIT ? "split" : "householder", cfg.num_hidden_layers, cfg.hidden_size,
+               cfg.num_heads, cfg.head_dim, cfg_head_v_dim(&cfg), cfg.mode == GDP_MODE_SPLIT ? "r" : "n_h",
+               cfg.num_householder, cfg.vocab_size,
+               cfg.num_labels > 0 ? "classifier" : (cfg.tie_word_embeddings ? "tied" : "untied"),
+               result.n_params / 1e6);
+        if (train_loader) {
+            char d[512];
+            loader_describe(train_loader, d, sizeof d);
+            printf("data: %s\n", d);
+        }
+        printf("train: %s, %d rank%s, batch %lld x %lld x accum %d = %lld tokens/step, steps %lld..%lld of %lld, "
+               "lr %g (%s, warmup %lld), seed %llu%s%s\n",
+               device_name(dev), dist->world, dist->world > 1 ? "s" : "", (long long)B, (long long)T, o->grad_accum,
+               (long long)tokens_per_step, (long long)step, (long long)last, (long long)o->steps, o->lr,
+               lr_kind_name(o->schedule), (long long)sched.warmup, (unsigned long long)o->seed,
+               resume_path ? ", resumed from " : "", resume_path ? resume_path : "");
+    }
+
+    int32_t *inputs = (int32_t *)xmalloc((size_t)(B * T) * sizeof(int32_t));
+    int32_t *targets = (int32_t *)xmalloc((size_t)(B * T) * sizeof(int32_t));
+    int64_t ckpt_state[TRAIN_DATA_STATE_MAX];
+    double ema_dt = 0, t_start = gdp_now_seconds();
+    int64_t timed = 0;
+    bool first = true;
+
+    /* 5. The loop. */
+    for (; step < last; step++) {
+        double t0 = gdp_now_seconds();
+        double lr = lr_at(&sched, step);
+        params_zero_grad(&ps);
+        double loss_sum = 0;
+        for (int micro = 0; micro < o->grad_accum; micro++) {
+            train->next_batch(train->user, inputs, targets);
+            Tensor *loss = model_loss_host(&model, inputs, targets, B, T);
+            double lv;
+            tensor_to_doubles(loss, &lv);
+            tape_backward(ctx, loss);
+            ctx_step_reset(ctx);
+            loss_sum += lv;
+        }
+        double loss = dist_mean_double(dist, loss_sum / o->grad_accum);
+        if (!isfinite(loss))
+            gdp_fatal("the training loss is %g at step %lld: lower --lr (now %g) or check the data", loss,
+                      (long long)step, o->lr);
+        dist_sync_grads(dist, &ps, o->zero_stage);
+        double norm = optim_step(&opt, lr, 1.0 / o->grad_accum, dist);
+        dist_sync_params(dist, &ps, o->zero_stage);
+        ctx_synchronize(ctx);
+        double dt = gdp_now_seconds() - t0;
+        /* tokens/s: an average that leaves out the first step (warm-up of caches and handles) */
+        if (!first) {
+            timed++;
+            ema_dt = timed == 1 ? dt : 0.9 * ema_dt + 0.1 * dt;
+        }
+        double tps = first ? (double)tokens_per_step / dt : (double)tokens_per_step / ema_dt;
+        first = false;
+        if (timed == 0) result.first_loss = loss;
+        result.last_loss = loss;
+
+        bool is_last = step + 1 == last;
+        double val_loss = NAN;
+        if (val && ((o->eval_every > 0 && (step + 1) % o->eval_every == 0) || is_last)) {
+            val_loss = train_evaluate(&model, val, o->eval_batches, (int)B, (int)T, dist);
+            result.last_val_loss = val_loss;
+        }
+        logger_step(&lg, step, loss, lr, norm, tps, val_loss);
+        if (root && !o->quiet && (step % GDP_MAX(o->print_every, 1) == 0 || is_last || !isnan(val_loss))) {
+            char eta[32];
+            fmt_duration((double)(last - step - 1) * (timed ? ema_dt : dt), eta, sizeof eta);
+            printf("step %6lld/%lld | loss %.4f | lr %.3e | norm %.4f | %.0f tok/s | ETA %s", (long long)step + 1,
+                   (long long)o->steps, loss, lr, norm, tps, eta);
+            if (dev == DEV_CUDA) printf(" | MFU %.1f%%", 100.0 * flops_per_token * tps / dist->world / (o->peak_tflops * 1e12));
+            if (!isnan(val_loss)) printf(" | val %.4f", val_loss);
+            printf("\n");
+            fflush(stdout);
+        }
+
+        /* 6. Checkpoints: every N steps and at the end (when an output folder is given). */
+        bool want = o->out && (is_last || (o->checkpoint_every > 0 && (step + 1) % o->checkpoint_every == 0));
+        if (want) {
+            int n_state = train->get_state ? train->get_state(train->user, ckpt_state, TRAIN_DATA_STATE_MAX) : 0;
+            CheckpointMeta meta = {step + 1, rng, ckpt_state, n_state, cfg_text, 0, o->zero_stage};
+            char *path = checkpoint_save(o->out, &ps, &opt, &meta, o->keep, dist);
+            if (path) {
+                snprintf(result.checkpoint, sizeof result.checkpoint, "%s", path);
+                if (!o->quiet) printf("checkpoint: %s\n", path);
+                free(path);
+            }
+        }
+    }
+    result.steps_done = step;
+
+    /* 7. The end: loss plot, memory high-water marks. */
+    const char *plot = logger_finish(&lg);
+    if (root && !o->quiet) {
+        if (plot && plot[0]) printf("loss plot: %s\n", plot);
+        printf("done: %lld steps in %.1f s; memory high water: acts %.1f MiB of %.1f, grads %.1f of %.1f, "
+               "scratch %.1f of %.1f\n",
+               (long long)step, gdp_now_seconds() - t_start, ctx->acts.high_water / 1048576.0,
+               ctx->acts.capacity / 1048576.0, ctx->grads.high_water / 1048576.0, ctx->grads.capacity / 1048576.0,
+               ctx->scratch.high_water / 1048576.0, ctx->scratch.capacity / 1048576.0);
+    }
+    free(inputs), free(targets), free(resume_path);
+    optim_free(&opt);
+    model_free(&model);
+    params_free_store(&ps);
+    if (train_loader) loader_close(train_loader);
+    if (val_loader) loader_close(val_loader);
+    dist->ctx = NULL;
+    ctx_destroy(ctx);
+    if (res) *res = result;
+    return 0;
+}
+
+/* ---- the command line --------------------------------------------------------------------------- */
+
+static const CliOpt train_opts[] = {
+    {"preset", 'p', "NAME", "model preset: tiny (default), small, base"},
+    {"config", 'c', "FILE", "model config file of `key = value` lines (fla GatedDeltaProductConfig names)"},
+    {"set", 0, "KEY=VALUE", "override one model config key (repeatable), e.g. --set num_householder=3"},
+    {"data", 'i', "PATH", "prepared shard folder (gdp prepare), shard file or pattern, or a text file (bytes)"},
+    {"val-fraction", 0, "F", "text files: share held out for validation (default 0.05)"},
+    {"device", 'd', "DEV", "cpu (default), cuda or auto"},
+    {"steps", 'x', "N", "optimizer steps, the schedule's horizon (default 1000)"},
+    {"stop-at", 0, "N", "stop after step N (the schedule still spans --steps); resume later"},
+    {"batch", 'b', "B", "sequences per micro-step and rank (default 8)"},
+    {"seq", 't', "T", "tokens per sequence (default 256)"},
+    {"grad-accum", 'g', "N", "micro-steps per optimizer step (default 1)"},
+    {"lr", 'l', "LR", "peak learning rate (default 1e-3)"},
+    {"final-lr-frac", 'q', "F", "final learning rate as a fraction of --lr (default 0.1)"},
+    {"warmup", 'u', "N", "linear warmup steps (default min(100, steps/10))"},
+    {"schedule", 'k', "KIND", "cosine (default), wsd, linear or constant"},
+    {"clip", 0, "NORM", "clip the global gradient norm to this (default 1.0; 0 = off)"},
+    {"weight-decay", 0, "W", "AdamW decoupled weight decay on matrices and embeddings (default 0.1)"},
+    {"beta1", 0, "B1", "AdamW beta1 (default 0.9)"},
+    {"beta2", 0, "B2", "AdamW beta2 (default 0.95)"},
+    {"eps", 0, "EPS", "AdamW epsilon (default 1e-8)"},
+    {"eval-every", 'v', "N", "validation loss every N steps (default 100; 0 = only at the end)"},
+    {"eval-batches", 'm', "N", "batches per validation (default 8)"},
+    {"checkpoint-every", 'n', "N", "checkpoint every N steps (default 0: only at the end)"},
+    {"keep", 0, "N", "checkpoints to keep (default 3; 0 = all)"},
+    {"out", 'o', "DIR", "output folder: log.tsv, loss plot, config.txt, checkpoints and `latest`"},
+    {"resume", 'y', "PATH", "resume from a checkpoint file, or from a folder's latest checkpoint"},
+    {"seed", 's', "N", "seed of the initialisation and the data order (default 1)"},
+    {"zero", 'z', "STAGE", "0 (default): replicated AdamW; 1: AdamW state sharded over ranks"},
+    {"print-every", 0, "N", "progress line every N steps (default 1)"},
+    {"quiet", 0, NULL, "no progress lines (log.tsv is still written)"},
+    {"peak-tflops", 0, "TF", "peak TFLOP/s per GPU for MFU (default 989, H100/H200 dense bf16)"},
+    {"act-mem", 0, "MiB", "activation arena size (default: estimated from the model and B x T)"},
+    {"grad-mem", 0, "MiB", "activation-gradient arena size (default: estimated)"},
+    {"scratch-mem", 0, "MiB", "per-op scratch arena size (default: estimated)"},
+    {"persist-mem", 0, "MiB", "parameter/optimizer arena size (default: estimated)"},
+};
+static const CliCommand train_cmd = {
+    "train", "gdp train [--preset NAME | --config FILE] [--set KEY=VALUE ...] --data PATH [options]",
+    "Trains a Gated DeltaProduct language model with AdamW: one progress line per step, DIR/log.tsv, a loss\n"
+    "plot and checkpoints (exact resume with --resume). Under mpirun every rank trains on its own slice of\n"
+    "each global batch and gradients are averaged (MPI on cpu, NCCL on cuda); rank 0 logs and saves.",
+    train_opts, (int)GDP_ARRAY_LEN(train_opts)};
+
+static void on_train_opt(const CliOpt *opt, const char *v, void *user) {
+    TrainOptions *o = (TrainOptions *)user;
+    const char *n = opt->name;
+    const long long BIG = (long long)1 << 40;
+    if (!strcmp(n, "preset")) {
+        ModelConfig probe;
+        if (!model_config_preset(&probe, v))
+            cli_usage_error(&train_cmd, "--preset '%s' is unknown: use one of %s", v, model_config_preset_names());
+        o->preset = v;
+    } else if (!strcmp(n, "config")) o->config_file = v;
+    else if (!strcmp(n, "set")) {
+        if (o->n_sets >= TRAIN_MAX_SETS) cli_usage_error(&train_cmd, "too many --set (at most %d)", TRAIN_MAX_SETS);
+        ModelConfig probe = model_config_default();
+        char err[512];
+        if (!model_config_set_kv(&probe, v, err, sizeof err)) cli_usage_error(&train_cmd, "--set %s: %s", v, err);
+        o->sets[o->n_sets++] = v;
+    } else if (!strcmp(n, "data")) o->data = v;
+    else if (!strcmp(n, "val-fraction")) o->val_fraction = cli_double(n, v, 0, 0.9);
+    else if (!strcmp(n, "device")) {
+        if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
+            cli_usage_error(&train_cmd, "--device '%s': use cpu, cuda or auto", v);
+        o->device = v;
+    } else if (!strcmp(n, "steps")) o->steps = cli_int(n, v, 1, BIG);
+    else if (!strcmp(n, "stop-at")) o->stop_at = cli_int(n, v, 1, BIG);
+    else if (!strcmp(n, "batch")) o->batch = (int)cli_int(n, v, 1, 1 << 20);
+    else if (!strcmp(n, "seq")) o->seq = (int)cli_int(n, v, 1, 1 << 24);
+    else if (!strcmp(n, "grad-accum")) o->grad_accum = (int)cli_int(n, v, 1, 1 << 20);
+    else if (!strcmp(n, "lr")) o->lr = cli_double(n, v, 0, 10);
+    else if (!strcmp(n, "final-lr-frac")) o->final_lr_frac = cli_double(n, v, 0, 1);
+    else if (!strcmp(n, "warmup")) o->warmup = cli_int(n, v, 0, BIG);
+    else if (!strcmp(n, "schedule")) {
+        if (!lr_kind_parse(v, &o->schedule))
+            cli_usage_error(&train_cmd, "--schedule '%s': use cosine, wsd, linear or constant", v);
+    } else if (!strcmp(n, "clip")) o->clip = cli_double(n, v, 0, 1e9);
+    else if (!strcmp(n, "weight-decay")) o->weight_decay = cli_double(n, v, 0, 10);
+    else if (!strcmp(n, "beta1")) o->beta1 = cli_double(n, v, 0, 0.999999);
+    else if (!strcmp(n, "beta2")) o->beta2 = cli_double(n, v, 0, 0.999999999);
+    else if (!strcmp(n, "eps")) o->eps = cli_double(n, v, 0, 1);
+    else if (!strcmp(n, "eval-every")) o->eval_every = cli_int(n, v, 0, BIG);
+    else if (!strcmp(n, "eval-batches")) o->eval_batches = (int)cli_int(n, v, 1, 1 << 20);
+    else if (!strcmp(n, "checkpoint-every")) o->checkpoint_every = cli_int(n, v, 0, BIG);
+    else if (!strcmp(n, "keep")) o->keep = (int)cli_int(n, v, 0, 1 << 20);
+    else if (!strcmp(n, "out")) o->out = v;
+    else if (!strcmp(n, "resume")) o->resume = v;
+    else if (!strcmp(n, "seed")) o->seed = (uint64_t)cli_int(n, v, 0, (long long)1 << 62);
+    else if (!strcmp(n, "zero")) o->zero_stage = (int)cli_int(n, v, 0, 1);
+    else if (!strcmp(n, "print-every")) o->print_every = (int)cli_int(n, v, 1, 1 << 30);
+    else if (!strcmp(n, "quiet")) o->quiet = true;
+    else if (!strcmp(n, "peak-tflops")) o->peak_tflops = cli_double(n, v, 1e-3, 1e6);
+    else if (!strcmp(n, "act-mem")) o->act_mem_mb = cli_int(n, v, 1, BIG);
+    else if (!strcmp(n, "grad-mem")) o->grad_mem_mb = cli_int(n, v, 1, BIG);
+    else if (!strcmp(n, "scratch-mem")) o->scratch_mem_mb = cli_int(n, v, 1, BIG);
+    else if (!strcmp(n, "persist-mem")) o->persist_mem_mb = cli_int(n, v, 1, BIG);
+}
+
+static bool launched_by_mpi(void) {
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_SIZE",
+                                 "SLURM_PROCID"};
+    for (size_t i = 0; i < GDP_ARRAY_LEN(vars); i++)
+        if (getenv(vars[i])) return true;
+    return false;
+}
+
+int cmd_train(int argc, char **argv) {
+    TrainOptions o = train_default_options();
+    char *pos[1];
+    cli_parse(&train_cmd, argc, argv, on_train_opt, &o, pos, 0);
+    if (!o.data) cli_usage_error(&train_cmd, "--data is required (a prepared shard folder or a text file)");
+    if (o.stop_at > o.steps) cli_usage_error(&train_cmd, "--stop-at %lld is past --steps %lld", (long long)o.stop_at,
+                                             (long long)o.steps);
+    if (!o.resume) {
+        ModelConfig cfg;
+        bool vg;
+        char err[1024];
+        if (!train_resolve_config(&o, &cfg, &vg, err, sizeof err)) cli_usage_error(&train_cmd, "%s", err);
+    }
+    if (o.warmup >= o.steps && o.schedule != LR_CONSTANT)
+        cli_usage_error(&train_cmd, "--warmup %lld must be below --steps %lld", (long long)o.warmup, (long long)o.steps);
+    if (o.out) mkdir_p(o.out);
+    /* MPI only when a launcher started us (mpirun, srun, ...): a lone process is world 1 either way,
+     * and skipping the singleton MPI_Init saves its helper daemon and start-up time. */
+    Dist dist;
+    if (launched_by_mpi())
+        dist_init(&dist, &argc, &argv);
+    else
+        dist_init_single(&dist);
+    train_run(&o, &dist, NULL);
+    dist_finalize(&dist);
+    return 0;
+}

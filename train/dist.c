@@ -1,0 +1,410 @@
+/* Data-parallel plumbing: MPI (host) and NCCL (CUDA). See train/dist.h. */
+#include "train/dist.h"
+
+#include <dirent.h>
+#include <limits.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <unistd.h>
+
+#include "core/common.h"
+#include "core/params.h"
+
+#ifdef GDP_CUDA
+#include <nccl.h>
+
+#include "core/cuda_check.h"
+#endif
+
+/* MPI calls return their error (MPI_ERRORS_RETURN is set on MPI_COMM_WORLD) and we say which. */
+#define MPI_CHECK(d, call)                                                                                   \
+    do {                                                                                                     \
+        int mpi_err_ = (call);                                                                               \
+        if (mpi_err_ != MPI_SUCCESS) {                                                                       \
+            char mpi_msg_[MPI_MAX_ERROR_STRING];                                                             \
+            int mpi_len_ = 0;                                                                                \
+            MPI_Error_string(mpi_err_, mpi_msg_, &mpi_len_);                                                 \
+            dist_abort((d), "MPI call failed at %s:%d: %s: %s", __FILE__, __LINE__, #call, mpi_msg_);         \
+        }                                                                                                    \
+    } while (0)
+
+#ifdef GDP_CUDA
+#define NCCL_CHECK(d, call)                                                                                  \
+    do {                                                                                                     \
+        ncclResult_t nccl_r_ = (call);                                                                       \
+        if (nccl_r_ != ncclSuccess)                                                                          \
+            dist_abort((d), "NCCL call failed at %s:%d: %s: %s (%s)", __FILE__, __LINE__, #call,             \
+                       ncclGetErrorString(nccl_r_), ncclGetLastError(NULL));                                 \
+    } while (0)
+#endif
+
+static bool mpi_up(void) {
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    return inited && !finalized;
+}
+
+void dist_abort(const Dist *d, const char *fmt, ...) {
+    fflush(stdout);
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    int rank = d ? d->rank : 0, world = d ? d->world : 1;
+    fprintf(stderr, "gdp: error: rank %d of %d: %s\n", rank, world, msg);
+    fflush(stderr);
+#ifdef GDP_CUDA
+    if (d && d->nccl_comm) ncclCommAbort((ncclComm_t)d->nccl_comm);
+#endif
+    if (d && d->world > 1 && mpi_up()) MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+/* Number of NVIDIA GPUs on this host without starting CUDA (0 when unknown). */
+static int count_host_gpus(void) {
+    DIR *dir = opendir("/proc/driver/nvidia/gpus");
+    if (!dir) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)))
+        if (e->d_name[0] != '.') n++;
+    closedir(dir);
+    return n;
+}
+
+/* One GPU per local rank, through CUDA_VISIBLE_DEVICES (ctx_create uses device 0). */
+static void bind_gpu(const Dist *d) {
+    if (d->local_world <= 1 || getenv("GDP_NO_GPU_BIND")) return;
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    char pick[256];
+    if (vis && vis[0]) {
+        char list[1024];
+        snprintf(list, sizeof list, "%s", vis);
+        char *items[128];
+        int n = 0;
+        for (char *tok = strtok(list, ","); tok && n < 128; tok = strtok(NULL, ",")) items[n++] = tok;
+        if (n == 0) return;
+        if (n < d->local_world && d->rank == 0)
+            fprintf(stderr, "gdp: warning: %d ranks on this host but CUDA_VISIBLE_DEVICES lists %d GPUs: ranks share GPUs\n",
+                    d->local_world, n);
+        snprintf(pick, sizeof pick, "%s", items[d->local_rank % n]);
+    } else {
+        int n = count_host_gpus();
+        if (n == 0) return; /* no NVIDIA driver: a CPU run */
+        if (n < d->local_world && d->rank == 0)
+            fprintf(stderr, "gdp: warning: %d ranks on this host but only %d GPUs: ranks share GPUs\n", d->local_world,
+                    n);
+        snprintf(pick, sizeof pick, "%d", d->local_rank % n);
+    }
+    setenv("CUDA_VISIBLE_DEVICES", pick, 1);
+}
+
+static double timeout_from_env(void) {
+    const char *t = getenv("GDP_DIST_TIMEOUT_S");
+    if (t && t[0]) {
+        char *end = NULL;
+        double v = strtod(t, &end);
+        if (end && *end == '\0' && v > 0) return v;
+        fprintf(stderr, "gdp: warning: GDP_DIST_TIMEOUT_S='%s' is not a positive number; using 600\n", t);
+    }
+    return 600.0;
+}
+
+void dist_init_single(Dist *d) {
+    memset(d, 0, sizeof(*d));
+    d->world = d->local_world = 1;
+    d->device = DEV_CPU;
+    d->initialized = true;
+    d->timeout_s = timeout_from_env();
+}
+
+void dist_init(Dist *d, int *argc, char ***argv) {
+    dist_init_single(d);
+    /* NVLink multicast must stay off on the lent machines; a value the user set wins. */
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int err = MPI_Init(argc, argv);
+        if (err != MPI_SUCCESS) gdp_fatal("MPI_Init failed (error %d): is Open MPI installed and working?", err);
+        d->we_initialized_mpi = true;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_CHECK(d, MPI_Comm_rank(MPI_COMM_WORLD, &d->rank));
+    MPI_CHECK(d, MPI_Comm_size(MPI_COMM_WORLD, &d->world));
+    MPI_Comm local;
+    MPI_CHECK(d, MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &local));
+    MPI_CHECK(d, MPI_Comm_rank(local, &d->local_rank));
+    MPI_CHECK(d, MPI_Comm_size(local, &d->local_world));
+    MPI_Comm_free(&local);
+    bind_gpu(d);
+}
+
+void dist_attach(Dist *d, Ctx *ctx) {
+    GDP_CHECK(d && d->initialized, "dist_attach: call dist_init (or dist_init_single) first");
+    d->ctx = ctx;
+    d->device = ctx->device;
+    if (d->world <= 1) return;
+    double dv = (double)ctx->device;
+    double lo = -dist_max_double(d, -dv), hi = dist_max_double(d, dv);
+    if (lo != hi)
+        dist_abort(d, "the ranks use different devices (this one: %s; some cpu, some cuda): give every rank the "
+                      "same --device, and one GPU per rank",
+                   device_name(ctx->device));
+    if (ctx->device != DEV_CUDA) return;
+#ifdef GDP_CUDA
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (d->rank == 0) NCCL_CHECK(d, ncclGetUniqueId(&id));
+    MPI_CHECK(d, MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+    ncclComm_t comm;
+    NCCL_CHECK(d, ncclCommInitRank(&comm, d->world, id, d->rank));
+    d->nccl_comm = comm;
+    cudaStream_t s;
+    cudaEvent_t e;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    d->nccl_stream = s;
+    d->nccl_event = e;
+#else
+    dist_abort(d, "dist_attach on cuda: this build has no CUDA support");
+#endif
+}
+
+void dist_finalize(Dist *d) {
+    if (!d || !d->initialized) return;
+#ifdef GDP_CUDA
+    if (d->nccl_comm) {
+        ncclCommDestroy((ncclComm_t)d->nccl_comm);
+        CUDA_CHECK(cudaStreamDestroy((cudaStream_t)d->nccl_stream));
+        CUDA_CHECK(cudaEventDestroy((cudaEvent_t)d->nccl_event));
+        d->nccl_comm = d->nccl_stream = d->nccl_event = NULL;
+    }
+#endif
+    if (d->we_initialized_mpi && mpi_up()) MPI_Finalize();
+    d->initialized = false;
+}
+
+void dist_barrier(Dist *d) {
+    if (d->world <= 1) return;
+    MPI_CHECK(d, MPI_Barrier(MPI_COMM_WORLD));
+}
+
+void dist_shard_range(int64_t total, int rank, int world, int64_t *start, int64_t *end) {
+    if (world < 1) world = 1;
+    int64_t chunk = CEIL_DIV(CEIL_DIV(total, (int64_t)world), (int64_t)64) * 64;
+    int64_t s = GDP_MIN((int64_t)rank * chunk, total);
+    *start = s;
+    *end = GDP_MIN(s + chunk, total);
+}
+
+/* ---- NCCL path ------------------------------------------------------------------------------------ */
+#ifdef GDP_CUDA
+static bool use_nccl(const Dist *d) { return d->device == DEV_CUDA && d->world > 1; }
+
+static void nccl_begin(Dist *d) {
+    GDP_CHECK(d->nccl_comm, "dist: a CUDA collective before dist_attach created the NCCL communicator");
+    cudaEvent_t e = (cudaEvent_t)d->nccl_event;
+    CUDA_CHECK(cudaEventRecord(e, (cudaStream_t)ctx_stream(d->ctx)));
+    CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)d->nccl_stream, e, 0));
+}
+
+/* Waits for the queued NCCL work, polling NCCL's error state and a timeout. */
+static void nccl_finish(Dist *d, const char *what) {
+    cudaEvent_t e = (cudaEvent_t)d->nccl_event;
+    CUDA_CHECK(cudaEventRecord(e, (cudaStream_t)d->nccl_stream));
+    double t0 = gdp_now_seconds();
+    for (;;) {
+        cudaError_t q = cudaEventQuery(e);
+        if (q == cudaSuccess) break;
+        if (q != cudaErrorNotReady) dist_abort(d, "%s: CUDA error while waiting: %s", what, cudaGetErrorString(q));
+        ncclResult_t async = ncclSuccess;
+        NCCL_CHECK(d, ncclCommGetAsyncError((ncclComm_t)d->nccl_comm, &async));
+        if (async != ncclSuccess && async != ncclInProgress)
+            dist_abort(d, "%s: NCCL reported an asynchronous error: %s (%s); another rank probably failed", what,
+                       ncclGetErrorString(async), ncclGetLastError((ncclComm_t)d->nccl_comm));
+        if (gdp_now_seconds() - t0 > d->timeout_s)
+            dist_abort(d, "%s: no progress for %.0f s (GDP_DIST_TIMEOUT_S): another rank is dead or stuck", what,
+                       d->timeout_s);
+        usleep(50);
+    }
+}
+
+static bool even_shards(int64_t total, int world) {
+    int64_t s, e;
+    dist_shard_range(total, 0, world, &s, &e);
+    return (e - s) * world == total;
+}
+#endif
+
+static void check_int_count(const Dist *d, int64_t n, const char *what) {
+    if (n > INT_MAX) dist_abort(d, "%s: %lld elements exceed what one MPI call takes (%d)", what, (long long)n, INT_MAX);
+}
+
+/* ---- device buffers --------------------------------------------------------------------------------- */
+static void allreduce_f32(Dist *d, float *buf, int64_t n, bool mean) {
+    if (d->world <= 1 || n <= 0) return;
+#ifdef GDP_CUDA
+    if (use_nccl(d)) {
+        nccl_begin(d);
+        NCCL_CHECK(d, ncclAllReduce(buf, buf, (size_t)n, ncclFloat, mean ? ncclAvg : ncclSum,
+                                    (ncclComm_t)d->nccl_comm, (cudaStream_t)d->nccl_stream));
+        nccl_finish(d, "all-reduce");
+        return;
+    }
+#endif
+    GDP_CHECK(d->device == DEV_CPU, "dist: device collectives on cuda need a CUDA build and dist_attach");
+    const int64_t step = (int64_t)1 << 30;
+    for (int64_t off = 0; off < n; off += step) {
+        int cnt = (int)GDP_MIN(step, n - off);
+        MPI_CHECK(d, MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    }
+    if (mean) {
+        float w = (float)d->world;
+        for (int64_t i = 0; i < n; i++) buf[i] /= w;
+    }
+}
+
+void dist_allreduce_mean_f32(Dist *d, float *buf, int64_t n) { allreduce_f32(d, buf, n, true); }
+void dist_allreduce_sum_f32(Dist *d, float *buf, int64_t n) { allreduce_f32(d, buf, n, false); }
+
+static void shard_tables(const Dist *d, int64_t total, int *counts, int *displs) {
+    for (int r = 0; r < d->world; r++) {
+        int64_t s, e;
+        dist_shard_range(total, r, d->world, &s, &e);
+        counts[r] = (int)(e - s);
+        displs[r] = (int)s;
+    }
+}
+
+void dist_reduce_scatter_mean_f32(Dist *d, float *buf, int64_t total) {
+    if (d->world <= 1 || total <= 0) return;
+    int64_t start, end;
+    dist_shard_range(total, d->rank, d->world, &start, &end);
+#ifdef GDP_CUDA
+    if (use_nccl(d)) {
+        ncclComm_t comm = (ncclComm_t)d->nccl_comm;
+        cudaStream_t s = (cudaStream_t)d->nccl_stream;
+        nccl_begin(d);
+        if (even_shards(total, d->world)) {
+            NCCL_CHECK(d, ncclReduceScatter(buf, buf + start, (size_t)(end - start), ncclFloat, ncclAvg, comm, s));
+        } else {
+            NCCL_CHECK(d, ncclGroupStart());
+            for (int r = 0; r < d->world; r++) {
+                int64_t rs, re;
+                dist_shard_range(total, r, d->world, &rs, &re);
+                if (re > rs) NCCL_CHECK(d, ncclReduce(buf + rs, buf + rs, (size_t)(re - rs), ncclFloat, ncclAvg, r, comm, s));
+            }
+            NCCL_CHECK(d, ncclGroupEnd());
+        }
+        nccl_finish(d, "reduce-scatter");
+        return;
+    }
+#endif
+    GDP_CHECK(d->device == DEV_CPU, "dist: device collectives on cuda need a CUDA build and dist_attach");
+    check_int_count(d, total, "reduce-scatter");
+    int *counts = (int *)xmalloc(sizeof(int) * (size_t)d->world), *displs = (int *)xmalloc(sizeof(int) * (size_t)d->world);
+    shard_tables(d, total, counts, displs);
+    /* In place: the input is all of buf, this rank's result lands at buf[0..count). */
+    MPI_CHECK(d, MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    int64_t n = end - start;
+    if (start > 0 && n > 0) memmove(buf + start, buf, (size_t)n * sizeof(float));
+    float w = (float)d->world;
+    for (int64_t i = start; i < end; i++) buf[i] /= w;
+    free(counts);
+    free(displs);
+}
+
+void dist_all_gather_f32(Dist *d, float *buf, int64_t total) {
+    if (d->world <= 1 || total <= 0) return;
+#ifdef GDP_CUDA
+    if (use_nccl(d)) {
+        ncclComm_t comm = (ncclComm_t)d->nccl_comm;
+        cudaStream_t s = (cudaStream_t)d->nccl_stream;
+        int64_t start, end;
+        dist_shard_range(total, d->rank, d->world, &start, &end);
+        nccl_begin(d);
+        if (even_shards(total, d->world)) {
+            NCCL_CHECK(d, ncclAllGather(buf + start, buf, (size_t)(end - start), ncclFloat, comm, s));
+        } else {
+            NCCL_CHECK(d, ncclGroupStart());
+            for (int r = 0; r < d->world; r++) {
+                int64_t rs, re;
+                dist_shard_range(total, r, d->world, &rs, &re);
+                if (re > rs) NCCL_CHECK(d, ncclBroadcast(buf + rs, buf + rs, (size_t)(re - rs), ncclFloat, r, comm, s));
+            }
+            NCCL_CHECK(d, ncclGroupEnd());
+        }
+        nccl_finish(d, "all-gather");
+        return;
+    }
+#endif
+    GDP_CHECK(d->device == DEV_CPU, "dist: device collectives on cuda need a CUDA build and dist_attach");
+    check_int_count(d, total, "all-gather");
+    int *counts = (int *)xmalloc(sizeof(int) * (size_t)d->world), *displs = (int *)xmalloc(sizeof(int) * (size_t)d->world);
+    shard_tables(d, total, counts, displs);
+    MPI_CHECK(d, MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, MPI_COMM_WORLD));
+    free(counts);
+    free(displs);
+}
+
+/* ---- host collectives --------------------------------------------------------------------------------- */
+static double allreduce_double(Dist *d, double x, MPI_Op op) {
+    if (d->world <= 1) return x;
+    double y = 0;
+    MPI_CHECK(d, MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, op, MPI_COMM_WORLD));
+    return y;
+}
+
+double dist_sum_double(Dist *d, double x) { return allreduce_double(d, x, MPI_SUM); }
+double dist_mean_double(Dist *d, double x) { return allreduce_double(d, x, MPI_SUM) / (double)d->world; }
+double dist_max_double(Dist *d, double x) { return allreduce_double(d, x, MPI_MAX); }
+
+int64_t dist_sum_i64(Dist *d, int64_t x) {
+    if (d->world <= 1) return x;
+    long long in = (long long)x, out = 0;
+    MPI_CHECK(d, MPI_Allreduce(&in, &out, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
+    return (int64_t)out;
+}
+
+void dist_gather_to_root_f32(Dist *d, const float *shard, float *full, int64_t total) {
+    int64_t start, end;
+    dist_shard_range(total, d->rank, d->world, &start, &end);
+    if (d->world <= 1) {
+        if (full != shard && total > 0) memmove(full, shard, (size_t)total * sizeof(float));
+        return;
+    }
+    check_int_count(d, total, "gather");
+    int *counts = (int *)xmalloc(sizeof(int) * (size_t)d->world), *displs = (int *)xmalloc(sizeof(int) * (size_t)d->world);
+    shard_tables(d, total, counts, displs);
+    MPI_CHECK(d, MPI_Gatherv(shard, (int)(end - start), MPI_FLOAT, d->rank == 0 ? full : NULL, counts, displs,
+                             MPI_FLOAT, 0, MPI_COMM_WORLD));
+    free(counts);
+    free(displs);
+}
+
+void dist_broadcast_bytes(Dist *d, void *buf, int64_t bytes) {
+    if (d->world <= 1 || bytes <= 0) return;
+    const int64_t step = (int64_t)1 << 30;
+    for (int64_t off = 0; off < bytes; off += step)
+        MPI_CHECK(d, MPI_Bcast((char *)buf + off, (int)GDP_MIN(step, bytes - off), MPI_BYTE, 0, MPI_COMM_WORLD));
+}
+
+/* ---- parameter-store helpers ---------------------------------------------------------------------------- */
+void dist_sync_grads(Dist *d, ParamStore *ps, int zero_stage) {
+    if (!d || d->world <= 1) return;
+    GDP_CHECK(zero_stage == 0 || zero_stage == 1, "dist_sync_grads: ZeRO stage %d is not supported (use 0 or 1)",
+              zero_stage);
+    if (zero_stage == 1)
+        dist_reduce_scatter_mean_f32(d, ps->flat_grads, ps->total);
+    else
+        dist_allreduce_mean_f32(d, ps->flat_grads, ps->total);
+}
+
+void dist_sync_params(Dist *d, ParamStore *ps, int zero_stage) {
+    if (!d || d->world <= 1 || zero_stage != 1) return;
+    dist_all_gather_f32(d, ps->flat_params, ps->total);
+}

@@ -1,0 +1,103 @@
+/* Data-parallel plumbing: MPI for process setup, host collectives and scalars; NCCL for device
+ * collectives on CUDA. One process per GPU, started by mpirun (or alone: an Open MPI singleton,
+ * world 1, where every collective is a cheap no-op).
+ *
+ * Typical trainer use:
+ *     Dist d; dist_init(&d, &argc, &argv);       // first thing in main, before any CUDA call
+ *     Ctx *ctx = ctx_create(dev, sizes);           // dist_init already picked this rank's GPU
+ *     dist_attach(&d, ctx);                        // NCCL communicator on CUDA when world > 1
+ *     ... per step: backward; dist_sync_grads(&d, &ps, zero_stage); optim_step(...);
+ *                   dist_sync_params(&d, &ps, zero_stage);
+ *     dist_finalize(&d);
+ *
+ * GPU choice: ctx_create uses CUDA device 0, so when several ranks share a host dist_init sets
+ * CUDA_VISIBLE_DEVICES for each rank to one GPU (entry local_rank of the list the user gave, or
+ * GPU local_rank when none was given) before CUDA starts. It also sets NCCL_NVLS_ENABLE=0 unless
+ * the user set it (NVLink multicast stays off).
+ *
+ * Every collective is synchronous: when it returns the result is in place and ctx's stream may
+ * use it. On CUDA the NCCL work runs on the Dist's own stream, ordered after everything already
+ * queued on ctx's stream; while waiting, NCCL's asynchronous error state is polled, and an error
+ * or no progress for timeout_s (env GDP_DIST_TIMEOUT_S, default 600) aborts every rank with a
+ * message naming this rank, so a dead peer never hangs the job silently.
+ *
+ * Counts are always element counts (never bytes). */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/ctx.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct Dist {
+    int rank, world;             /* in MPI_COMM_WORLD */
+    int local_rank, local_world; /* among the ranks on this host (MPI_Comm_split_type shared) */
+    Device device;               /* set by dist_attach; DEV_CPU before */
+    Ctx *ctx;                    /* set by dist_attach */
+    bool initialized;            /* dist_init ran */
+    bool we_initialized_mpi;     /* MPI_Init was ours, so dist_finalize calls MPI_Finalize */
+    double timeout_s;            /* collective watchdog (CUDA) */
+    void *nccl_comm;             /* ncclComm_t, NULL on CPU or world 1 */
+    void *nccl_stream;           /* cudaStream_t */
+    void *nccl_event;            /* cudaEvent_t, for ordering the two streams */
+} Dist;
+
+/* MPI_Init (unless MPI is already up), rank/world/local rank, GPU choice and NCCL environment (see
+ * above). Without mpirun this is a singleton with world 1. argc/argv may be NULL. */
+void dist_init(Dist *d, int *argc, char ***argv);
+/* A Dist for one process that never touches MPI (tests, tools): world 1, rank 0. */
+void dist_init_single(Dist *d);
+/* Binds the Dist to ctx: checks every rank chose the same kind of device (a clear error if not)
+ * and, on CUDA with world > 1, creates the NCCL communicator (unique id from rank 0 via MPI_Bcast). */
+void dist_attach(Dist *d, Ctx *ctx);
+/* Destroys NCCL state and, when dist_init started MPI, finalizes it. */
+void dist_finalize(Dist *d);
+
+/* Prints "gdp: error: rank R of W: <message>" and ends every rank (MPI_Abort, exit status 1). */
+__attribute__((noreturn, format(printf, 2, 3))) void dist_abort(const Dist *d, const char *fmt, ...);
+void dist_barrier(Dist *d);
+static inline bool dist_is_root(const Dist *d) { return d->rank == 0; }
+
+/* ---- element ranges for ZeRO-1 ------------------------------------------------------------------
+ * The flat buffer of `total` elements is split into `world` contiguous shards of
+ * chunk = round_up(ceil(total / world), 64) elements (the last ones may be shorter or empty):
+ * rank r owns [r*chunk, min((r+1)*chunk, total)). Independent of tensor boundaries. */
+void dist_shard_range(int64_t total, int rank, int world, int64_t *start, int64_t *end);
+
+/* ---- collectives on buffers of ctx->device (float32, in place) ---------------------------------- */
+/* buf[i] = mean over ranks of buf[i]. */
+void dist_allreduce_mean_f32(Dist *d, float *buf, int64_t n);
+/* buf[i] = sum over ranks of buf[i]. */
+void dist_allreduce_sum_f32(Dist *d, float *buf, int64_t n);
+/* buf has `total` elements on every rank; afterwards this rank's shard (dist_shard_range) holds the
+ * mean over ranks; the rest of buf is undefined. */
+void dist_reduce_scatter_mean_f32(Dist *d, float *buf, int64_t total);
+/* Every rank's shard of buf is copied to every other rank: afterwards buf is complete everywhere. */
+void dist_all_gather_f32(Dist *d, float *buf, int64_t total);
+
+/* ---- host collectives (any build, any device) --------------------------------------------------- */
+double dist_sum_double(Dist *d, double x);
+double dist_mean_double(Dist *d, double x);
+double dist_max_double(Dist *d, double x);
+int64_t dist_sum_i64(Dist *d, int64_t x);
+/* Host float buffers: rank r's `shard` holds its dist_shard_range(total) part; on rank 0, `full`
+ * (total elements) receives every shard in place. `full` is ignored on other ranks. */
+void dist_gather_to_root_f32(Dist *d, const float *shard, float *full, int64_t total);
+/* Host bytes from rank 0 to everyone. */
+void dist_broadcast_bytes(Dist *d, void *buf, int64_t bytes);
+
+/* ---- parameter-store helpers for the trainer ---------------------------------------------------- */
+struct ParamStore;
+/* After backward: zero_stage 0 all-reduces (mean) the whole flat gradient; zero_stage 1
+ * reduce-scatters it (mean), so this rank's shard holds the averaged gradient. No-op at world 1. */
+void dist_sync_grads(Dist *d, struct ParamStore *ps, int zero_stage);
+/* After the optimizer step: zero_stage 1 all-gathers the updated parameter shards. Stage 0: no-op
+ * (every rank applied the same update). */
+void dist_sync_params(Dist *d, struct ParamStore *ps, int zero_stage);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,83 @@
+/* The training run behind `gdp train`, callable from tests and other tools: options, the data
+ * interface (a batch source with a resumable position) and the run itself. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/ctx.h"
+#include "layers/config.h"
+#include "train/dist.h"
+#include "train/schedule.h"
+
+#define TRAIN_MAX_SETS 64
+#define TRAIN_DATA_STATE_MAX 16
+
+/* A source of batches: B*T int32 inputs and targets (next tokens, or per-position labels for a
+ * classification model; targets < 0 are ignored). The position is saved in checkpoints. */
+typedef struct TrainData {
+    void *user;
+    void (*next_batch)(void *user, int32_t *inputs, int32_t *targets);
+    void (*reset)(void *user); /* back to the first batch (validation) */
+    int (*get_state)(void *user, int64_t *out, int max); /* returns the count written */
+    void (*set_state)(void *user, const int64_t *state, int n);
+} TrainData;
+
+typedef struct TrainOptions {
+    /* model */
+    const char *preset;      /* applied first (default "tiny" when neither preset nor config is given) */
+    const char *config_file; /* `key = value` lines, applied next */
+    const char *sets[TRAIN_MAX_SETS]; /* "key=value" overrides, applied last */
+    int n_sets;
+    /* data */
+    const char *data;        /* shard folder, shard file/pattern, or a text file (bytes) */
+    double val_fraction;     /* text files: the held-out share */
+    TrainData *train_data, *val_data; /* instead of `data` (tests, other tasks); val may be NULL */
+    /* run */
+    const char *device;      /* cpu | cuda | auto */
+    int64_t steps;           /* optimizer steps (the schedule's horizon) */
+    int64_t stop_at;         /* > 0: stop after this many steps (the schedule still spans `steps`) */
+    int batch, seq, grad_accum;
+    double lr, final_lr_frac;
+    int64_t warmup;          /* < 0: min(100, steps / 10) */
+    LrKind schedule;
+    double clip, weight_decay, beta1, beta2, eps;
+    int64_t eval_every;      /* 0: only at the end (when there is validation data) */
+    int eval_batches;
+    int64_t checkpoint_every;/* 0: only at the end */
+    int keep;                /* checkpoints kept (<= 0: all) */
+    const char *out;         /* output folder (log.tsv, loss plot, checkpoints); NULL: none */
+    const char *resume;      /* checkpoint file, or a folder (its latest) */
+    uint64_t seed;
+    int zero_stage;          /* 0 or 1 */
+    int print_every;
+    bool quiet;
+    double peak_tflops;      /* for MFU on GPU */
+    int64_t act_mem_mb, grad_mem_mb, scratch_mem_mb, persist_mem_mb; /* 0: estimated */
+} TrainOptions;
+
+typedef struct TrainResult {
+    int64_t steps_done;      /* the step count reached */
+    double first_loss, last_loss, last_val_loss; /* last_val_loss NAN when never evaluated */
+    int64_t n_params;
+    char checkpoint[1024];   /* the last checkpoint written ("" when none) */
+} TrainResult;
+
+TrainOptions train_default_options(void);
+/* Resolves the model config from preset, config file and sets; false with the reason in err. */
+bool train_resolve_config(const TrainOptions *o, ModelConfig *cfg, bool *vocab_given, char *err, size_t len);
+/* Runs training. dist may come from dist_init (gdp train) or dist_init_single (tests). Errors are
+ * fatal with a message. Returns 0. */
+int train_run(const TrainOptions *o, Dist *dist, TrainResult *res);
+
+/* Context sizes that fit the model at B x T tokens per micro-step (with the options' overrides). */
+CtxSizes train_ctx_sizes(const ModelConfig *cfg, int64_t batch, int64_t seq, Device dev, const TrainOptions *o);
+/* Mean loss over `batches` batches of src (reset first), no gradients; summed over ranks. */
+struct Model;
+double train_evaluate(struct Model *m, TrainData *src, int batches, int B, int T, Dist *dist);
+
+/* A checkpoint file, or a folder's latest checkpoint (malloc'd; fatal when neither exists). */
+char *train_resolve_checkpoint(const char *path_or_dir, const char *flag);
+/* Builds the model a checkpoint describes on a new context of dev (sized for B x T; B = T = 1 for
+ * decoding) and loads its parameters. Returns the context; free with model_free,
+ * params_free_store, ctx_destroy. */
+Ctx *train_load_model(const char *ckpt, Device dev, int64_t B, int64_t T, struct Model *m, struct ParamStore *ps);
