@@ -43,6 +43,8 @@ constexpr int LDA = 65;           /* fp32 64x64 A and T */
 struct Params {
     int mode, B, T, H, K, V, n, KP, VP, Ct, Ctp, N, NCmax, nkt, nvt, bv, nst;
     bool veck, vecv; /* rows of K (V) elements may be moved 16 bytes at a time */
+    bool fuse_out;   /* forward: the state pass writes o (and no h, Delta) */
+    int ninv;        /* 65536/n + 1: p/n == (p*ninv) >> 16 exactly for p < 64 */
     float scale;
     const void *q, *k, *v, *beta, *d_o;
     const float *g, *mask, *h0, *dht;
@@ -52,8 +54,9 @@ struct Params {
     GdpSeqInfo *seq;
     GdpChunkInfo *chunk;
     float *G;
-    void *W, *Kwd, *U, *P, *h, *D, *dh, *dD, *dW;
-    float *dKw, *dGa, *dM;
+    void *W, *Kwd, *U, *P, *h, *D, *dh, *dD, *dW, *Tsave;
+    void *dKw;
+    float *dGa, *dM;
     int64_t sW, sU, sP, sH, sD;
 };
 
@@ -69,6 +72,10 @@ struct Carve {
     }
 };
 
+
+/* two adjacent elements (even offset) with one store */
+__device__ __forceinline__ void store2(float *p, float a, float b) { *(float2 *)p = make_float2(a, b); }
+__device__ __forceinline__ void store2(__nv_bfloat16 *p, float a, float b) { *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b); }
 
 /* ---------------------------------------------------------------- row access */
 /* Key and value rows of chunk row p (householder: the slot row; split: the token row). */
@@ -95,9 +102,11 @@ template <typename IT> __device__ __forceinline__ float beta_at(const Params &P,
     if (P.mode == GDP_MODE_HOUSEHOLDER) return to_f32(b[((int64_t)tok0 * P.n + p) * P.H + h]);
     return to_f32(b[(int64_t)(tok0 + p / P.n) * P.H + h]);
 }
+/* token of chunk row p (< 64) without a division */
+__device__ __forceinline__ int tokof(const Params &P, int p) { return (p * P.ninv) >> 16; }
 /* Row j is "earlier" than row i: an earlier row (householder) or an earlier token (split). */
 __device__ __forceinline__ bool earlier(const Params &P, int i, int j) {
-    return P.mode == GDP_MODE_HOUSEHOLDER ? j < i : j / P.n < i / P.n;
+    return P.mode == GDP_MODE_HOUSEHOLDER ? j < i : tokof(P, j) < tokof(P, i);
 }
 
 /* s[r*ld + c] = f(r, c) for r < rows, c < cols (rounded to the operand type). */
@@ -137,7 +146,7 @@ __device__ __forceinline__ void load_r(const Params &P, const ChunkCtx &c, IT *s
     load_rows(s, LDT, 64, wk, c0, P.K, P.veck, [&](int r) { return r < c.lc ? krow<IT>(P, c.tok0, c.h, r) : (const IT *)nullptr; },
               [&](int r, int x, float v) {
                   const float rv = r_of(P, c.h, r, x, v);
-                  return scale_mode ? br[r] * expf(Gs[r / P.n]) * rv : rv;
+                  return scale_mode ? br[r] * __expf(Gs[tokof(P, r)]) * rv : rv;
               });
 }
 /* scale_mode 0: V; 1: beta*V (X_v) */
@@ -238,9 +247,9 @@ template <typename IT> __device__ void load_gates(const Params &P, const ChunkCt
 }
 
 /* After A (fp32, finished, strictly "earlier" entries only) is in Af: Tf = (I + A)^-1 in fp32 and
- * Top = its operand copy. Diagonal 16x16 blocks by forward substitution, then the off-diagonal
+ * conv(i, j, T_ij) for every entry. Diagonal 16x16 blocks by forward substitution, then the off-diagonal
  * blocks by block substitution, T_IJ = -T_II sum_{M=J}^{I-1} A_IM T_MJ, by distance I-J = 1,2,3. */
-template <typename OT> __device__ void solve_T(const float *Af, float *Tf, OT *Top, float *Zs) {
+template <class Conv> __device__ void solve_T(const float *Af, float *Tf, float *Zs, Conv conv) {
     const int tid = threadIdx.x;
     for (int e = tid; e < 64 * 64; e += blockDim.x) Tf[(e >> 6) * LDA + (e & 63)] = 0.f;
     __syncthreads();
@@ -276,7 +285,7 @@ template <typename OT> __device__ void solve_T(const float *Af, float *Tf, OT *T
         }
         __syncthreads();
     }
-    for (int e = tid; e < 64 * 64; e += blockDim.x) Top[(e >> 6) * LDT + (e & 63)] = from_f32<OT>(Tf[(e >> 6) * LDA + (e & 63)]);
+    for (int e = tid; e < 64 * 64; e += blockDim.x) conv(e >> 6, e & 63, Tf[(e >> 6) * LDA + (e & 63)]);
     __syncthreads();
 }
 
@@ -361,7 +370,11 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_prep(Params
     __syncthreads();
     for (int t = tid; t < 64; t += blockDim.x) P.G[c.ch * GDP_CHUNK + t] = S.Gs[t];
     build_A<IT>(P, c, S.Gs, S.br, S.b0, S.b1, S.b2, S.Af, true, S.Pacc);
-    solve_T<IT>(S.Af, S.Tf, S.Top, S.Zs);
+    IT *Tg = P.Tsave ? (IT *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK) : nullptr;
+    solve_T(S.Af, S.Tf, S.Zs, [&](int i, int j, float t) {
+        S.Top[i * LDT + j] = fromf<IT>(t);
+        if (Tg) Tg[i * 64 + j] = fromf<IT>(t);
+    });
     IT *W = (IT *)P.W + c.ch * P.sW, *U = (IT *)P.U + c.ch * P.sU;
     for (int kt = 0; kt < P.nkt + P.nvt; kt++) {
         const bool isv = kt >= P.nkt;
@@ -380,24 +393,123 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_prep(Params
     }
 }
 
+
+/* Whole-K prep: the chunk's keys (and read keys), queries and values sit in shared memory at
+ * once, loaded asynchronously; A and P are register tiles; W = (T diag(beta gamma)) R and
+ * U = (T diag(beta)) V with the scaling folded into T. Used whenever it fits. */
+template <typename IT> struct Prep2Smem {
+    float *Gs, *br, *rowf, *Zs, *Af, *Tf;
+    IT *Kw, *R, *QV;
+    __host__ __device__ static size_t carve(char *base, int KP, int VP, int Ctp, bool split, Prep2Smem *s) {
+        Carve cv(base);
+        Prep2Smem t;
+        t.Gs = cv.take<float>(64);
+        t.br = cv.take<float>(64);
+        t.rowf = cv.take<float>(64);
+        t.Zs = cv.take<float>(768);
+        const size_t afb = (size_t)64 * LDA * 4 > (size_t)2 * 64 * LDT * sizeof(IT) ? (size_t)64 * LDA * 4 : (size_t)2 * 64 * LDT * sizeof(IT);
+        t.Af = (float *)cv.take<char>(afb);
+        t.Tf = cv.take<float>(64 * LDA);
+        t.Kw = cv.take<IT>((size_t)64 * (KP + 8));
+        t.R = split ? cv.take<IT>((size_t)64 * (KP + 8)) : t.Kw;
+        const size_t qv = (size_t)Ctp * (KP + 8) > (size_t)64 * (VP + 8) ? (size_t)Ctp * (KP + 8) : (size_t)64 * (VP + 8);
+        t.QV = cv.take<IT>(qv);
+        if (s) *s = t;
+        return cv.off;
+    }
+};
+
+template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_prep2(Params P) {
+    extern __shared__ __align__(16) char smem[];
+    ChunkCtx c;
+    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    const bool hh = P.mode == GDP_MODE_HOUSEHOLDER;
+    Prep2Smem<IT> S;
+    Prep2Smem<IT>::carve(smem, P.KP, P.VP, P.Ctp, !hh, &S);
+    const int tid = threadIdx.x, KP = P.KP, VP = P.VP, ldk = KP + 8, ldv = VP + 8, Ctp = P.Ctp;
+    auto krowp = [&](int r) { return r < c.lc ? krow<IT>(P, c.tok0, c.h, r) : (const IT *)nullptr; };
+    if (hh) {
+        cp_rows(S.Kw, ldk, 64, KP, 0, P.K, P.veck, krowp);
+    } else {
+        load_rows(S.Kw, ldk, 64, KP, 0, P.K, P.veck, krowp, [&](int r, int x, float v) { return kw_of(P, r, x, v); });
+        load_rows(S.R, ldk, 64, KP, 0, P.K, P.veck, krowp, [&](int r, int x, float v) { return r_of(P, c.h, r, x, v); });
+    }
+    cp_rows(S.QV, ldk, Ctp, KP, 0, P.K, P.veck,
+            [&](int t) { return t < c.ct ? (const IT *)P.q + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.K : (const IT *)nullptr; });
+    cp_commit();
+    load_gates<IT>(P, c, S.Gs, S.br);
+    cp_wait<0>();
+    __syncthreads();
+    const float GL = S.Gs[c.ct - 1];
+    for (int t = tid; t < 64; t += blockDim.x) {
+        S.rowf[t] = t < c.lc ? __expf(GL - S.Gs[tokof(P, t)]) : 0.f;
+        P.G[c.ch * GDP_CHUNK + t] = S.Gs[t];
+    }
+    {
+        float aA[4][4], aP[4][4];
+#pragma unroll
+        for (int i = 0; i < 16; i++) aA[i >> 2][i & 3] = aP[i >> 2][i & 3] = 0.f;
+        tile_gemm(aA, 64, 64, smat(S.R, ldk), smat(S.Kw, ldk, true), KP);
+        tile_gemm(aP, Ctp, 64, smat(S.QV, ldk), smat(S.Kw, ldk, true), KP);
+        tile_each(aA, 64, 64, [&](int i, int j, float v) {
+            float a = 0.f;
+            if (i < c.lc && j < c.lc && earlier(P, i, j)) a = S.br[i] * __expf(S.Gs[tokof(P, i)] - S.Gs[tokof(P, j)]) * v;
+            S.Af[i * LDA + j] = a;
+        });
+        IT *Pg = (IT *)P.P + c.ch * P.sP;
+        tile_each(aP, Ctp, 64, [&](int t, int s2, float v) {
+            float val = 0.f;
+            if (t < c.ct && s2 < c.lc && tokof(P, s2) <= t) val = P.scale * __expf(S.Gs[t] - S.Gs[tokof(P, s2)]) * v;
+            Pg[t * 64 + s2] = fromf<IT>(val);
+        });
+    }
+    __syncthreads();
+    /* V into QV (q is no longer needed) while Kwd is written and T solved */
+    cp_rows(S.QV, ldv, 64, VP, 0, P.V, P.vecv, [&](int r) { return r < c.lc ? vrow<IT>(P, c.tok0, c.h, r) : (const IT *)nullptr; });
+    cp_commit();
+    st_tile_f((IT *)P.Kwd + c.ch * P.sW, KP, S.Kw, ldk, 64, KP, [&](int r, int, IT v) { return fromf<IT>(S.rowf[r] * tof(v)); });
+    IT *Tw = (IT *)S.Af, *Tu = Tw + 64 * LDT;
+    IT *Tg = P.Tsave ? (IT *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK) : nullptr;
+    solve_T(S.Af, S.Tf, S.Zs, [&](int i, int j, float t) {
+        /* Af is dead once the merges are done (solve_T syncs before calling conv) */
+        const float bj = S.br[j];
+        Tw[i * LDT + j] = fromf<IT>(t * bj * __expf(S.Gs[tokof(P, j)]));
+        Tu[i * LDT + j] = fromf<IT>(t * bj);
+        if (Tg) Tg[i * 64 + j] = fromf<IT>(t);
+    });
+    IT *Wg = (IT *)P.W + c.ch * P.sW, *Ug = (IT *)P.U + c.ch * P.sU;
+    gemm_pairs(64, KP, smat(Tw, LDT), smat(S.R, ldk), 64, [&](int r, int cc, float v0, float v1) {
+        store2(Wg + (int64_t)r * KP + cc, v0, v1);
+    });
+    cp_wait<0>();
+    __syncthreads();
+    gemm_pairs(64, VP, smat(Tu, LDT), smat(S.QV, ldv), 64, [&](int r, int cc, float v0, float v1) {
+        store2(Ug + (int64_t)r * VP + cc, v0, v1);
+    });
+}
+
 /* ---------------------------------------------------------------- 3. state pass */
-/* S (KP x bv, fp32) lives in registers; W, Kwd, U of the next chunk are prefetched (cp.async)
- * while the current one is processed when nst == 2. */
+/* S (KP x bv, fp32) lives in registers; W, Kwd, U and the gates of the next chunk are prefetched
+ * (cp.async) while the current one is processed when nst == 2. Forward (P.fuse_out): the output
+ * is made here too, o = (scale e^G q) S_start + P Delta, and h and Delta are not stored; the
+ * backward's recomputation stores h and Delta instead. */
 template <typename IT> struct StateSmem {
-    IT *Ws[2], *Kd[2], *Us[2], *Sop;
-    __host__ __device__ static size_t carve(char *base, int KP, int bv, int nst, StateSmem *s) {
+    float *Gst[2];
+    IT *Ws[2], *Kd[2], *Us[2], *Qs[2], *Ps[2], *Sop;
+    __host__ __device__ static size_t carve(char *base, int KP, int bv, int nst, int Ctp, bool fused, StateSmem *s) {
         Carve cv(base);
         StateSmem t;
         for (int i = 0; i < 2; i++) {
-            const int j = i < nst ? i : 0;
-            if (j == i) {
+            if (i < nst) {
+                t.Gst[i] = cv.take<float>(64);
                 t.Ws[i] = cv.take<IT>((size_t)64 * (KP + 8));
                 t.Kd[i] = cv.take<IT>((size_t)64 * (KP + 8));
                 t.Us[i] = cv.take<IT>((size_t)64 * (bv + 8));
+                t.Qs[i] = fused ? cv.take<IT>((size_t)Ctp * (KP + 8)) : nullptr;
+                t.Ps[i] = fused ? cv.take<IT>((size_t)Ctp * LDT) : nullptr;
             } else {
-                t.Ws[i] = t.Ws[0];
-                t.Kd[i] = t.Kd[0];
-                t.Us[i] = t.Us[0];
+                t.Gst[i] = t.Gst[0], t.Ws[i] = t.Ws[0], t.Kd[i] = t.Kd[0], t.Us[i] = t.Us[0];
+                t.Qs[i] = t.Qs[0], t.Ps[i] = t.Ps[0];
             }
         }
         t.Sop = cv.take<IT>((size_t)KP * (bv + 8));
@@ -406,13 +518,14 @@ template <typename IT> struct StateSmem {
     }
 };
 
-template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_state(Params P) {
+template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_state(Params P) {
     extern __shared__ __align__(16) char smem[];
     const int bv = P.bv, v0 = blockIdx.y * bv, w = min(bv, P.VP - v0);
     const int s = blockIdx.x / P.H, h = blockIdx.x % P.H;
-    const int KP = P.KP, ldk = KP + 8, lds = bv + 8, nst = P.nst;
+    const int KP = P.KP, ldk = KP + 8, lds = bv + 8, nst = P.nst, Ctp = P.Ctp;
+    const bool fused = P.fuse_out;
     StateSmem<IT> S;
-    StateSmem<IT>::carve(smem, KP, bv, nst, &S);
+    StateSmem<IT>::carve(smem, KP, bv, nst, Ctp, fused, &S);
     const int64_t st = ((int64_t)s * P.H + h) * P.K * P.V;
     Acc acc;
     acc_each(acc, KP, w, [&](int r, int c, float &v) {
@@ -420,40 +533,67 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_state(Param
         S.Sop[r * lds + c] = fromf<IT>(v);
     });
     const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
-    auto prefetch = [&](int ci, int b) {
+    auto prefetch = [&](int ci, int b, int ct, int tok0) {
         const int64_t ch = (int64_t)ci * P.H + h;
+        cp_tile(b ? S.Gst[1] : S.Gst[0], 64, P.G + ch * GDP_CHUNK, 64, 1, 64);
         cp_tile(b ? S.Ws[1] : S.Ws[0], ldk, (const IT *)P.W + ch * P.sW, KP, 64, KP);
         cp_tile(b ? S.Kd[1] : S.Kd[0], ldk, (const IT *)P.Kwd + ch * P.sW, KP, 64, KP);
         cp_tile(b ? S.Us[1] : S.Us[0], lds, (const IT *)P.U + ch * P.sU + v0, P.VP, 64, w);
+        if (fused) {
+            cp_tile(b ? S.Ps[1] : S.Ps[0], LDT, (const IT *)P.P + ch * P.sP, 64, Ctp, 64);
+            cp_rows(b ? S.Qs[1] : S.Qs[0], ldk, Ctp, KP, 0, P.K, P.veck, [&](int t) {
+                return t < ct ? (const IT *)P.q + ((int64_t)(tok0 + t) * P.H + h) * P.K : (const IT *)nullptr;
+            });
+        }
         cp_commit();
     };
-    if (cbeg < cend && nst == 2) prefetch(cbeg, 0);
+    GdpChunkInfo nx = cbeg < cend ? P.chunk[cbeg] : GdpChunkInfo{0, 0, 0, 0};
+    if (cbeg < cend && nst == 2) prefetch(cbeg, 0, nx.ct, nx.tok0);
     for (int ci = cbeg; ci < cend; ci++) {
         const int b = nst == 2 ? (ci - cbeg) & 1 : 0;
+        const int ct = nx.ct, tok0 = nx.tok0;
+        if (ci + 1 < cend) nx = P.chunk[ci + 1];
         if (nst == 2) {
             if (ci + 1 < cend) {
-                prefetch(ci + 1, b ^ 1);
+                prefetch(ci + 1, b ^ 1, nx.ct, nx.tok0);
                 cp_wait<1>();
             } else {
                 cp_wait<0>();
             }
         } else {
-            prefetch(ci, 0);
+            prefetch(ci, 0, ct, tok0);
             cp_wait<0>();
         }
         const int64_t ch = (int64_t)ci * P.H + h;
-        const float gL = expf(P.G[ch * GDP_CHUNK + P.chunk[ci].ct - 1]);
-        __syncthreads();
-        st_tile((IT *)P.h + ch * P.sH + v0, P.VP, S.Sop, lds, KP, w);
+        const float *Gs = b ? S.Gst[1] : S.Gst[0];
         IT *Us = b ? S.Us[1] : S.Us[0], *Wb = b ? S.Ws[1] : S.Ws[0], *Kb = b ? S.Kd[1] : S.Kd[0];
+        IT *Qb = b ? S.Qs[1] : S.Qs[0], *Pb = b ? S.Ps[1] : S.Ps[0];
+        __syncthreads();
+        const float gL = __expf(Gs[ct - 1]);
+        if (fused) {
+            for (int e = threadIdx.x; e < Ctp * KP; e += blockDim.x) {
+                const int t = e / KP, x = e - t * KP;
+                if (t < ct) Qb[t * ldk + x] = fromf<IT>(P.scale * __expf(Gs[t]) * tof(Qb[t * ldk + x]));
+            }
+        } else {
+            st_tile((IT *)P.h + ch * P.sH + v0, P.VP, S.Sop, lds, KP, w);
+        }
         gemm(64, w, smat(Wb, ldk), smat(S.Sop, lds), KP, Zero(),
              [&](int r, int c, float v) { Us[r * lds + c] = fromf<IT>(tof(Us[r * lds + c]) - v); });
         __syncthreads();
-        st_tile((IT *)P.D + ch * P.sD + v0, P.VP, Us, lds, 64, w);
+        if (fused) {
+            IT *o = (IT *)P.o;
+            gemm(Ctp, w, smat(Qb, ldk), smat(S.Sop, lds), KP, smat(Pb, LDT), smat(Us, lds), 64, Zero(),
+                 [&](int r, int c, float v) {
+                     if (r < ct && v0 + c < P.V) o[((int64_t)(tok0 + r) * P.H + h) * P.V + v0 + c] = fromf<IT>(v);
+                 });
+        } else {
+            st_tile((IT *)P.D + ch * P.sD + v0, P.VP, Us, lds, 64, w);
+        }
         acc_each(acc, KP, w, [&](int, int, float &v) { v *= gL; });
         acc_gemm(acc, KP, w, smat(Kb, ldk, true), smat(Us, lds), 64);
-        acc_each(acc, KP, w, [&](int r, int c, float &v) { S.Sop[r * lds + c] = fromf<IT>(v); });
         __syncthreads();
+        acc_each(acc, KP, w, [&](int r, int c, float &v) { S.Sop[r * lds + c] = fromf<IT>(v); });
     }
     if (P.ht)
         acc_each(acc, KP, w, [&](int r, int c, float &v) {
@@ -517,8 +657,10 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_output(Para
 }
 
 /* ---------------------------------------------------------------- 5. dh pass (reverse) */
+/* dS (KP x bv, fp32) in registers; W, Kwd, P, dO, q and the gates of the next (earlier) chunk are
+ * prefetched when nst == 2. With nst == 1 q is loaded into the Kwd buffer once Kwd is used. */
 template <typename IT> struct DhSmem {
-    float *qf;
+    float *qf, *Gst[2];
     IT *Ws[2], *Kd[2], *Ps[2], *dOs[2], *Qs[2], *nD, *dSop;
     __host__ __device__ static size_t carve(char *base, int KP, int Ctp, int bv, int nst, DhSmem *s) {
         Carve cv(base);
@@ -526,13 +668,15 @@ template <typename IT> struct DhSmem {
         t.qf = cv.take<float>(64);
         for (int i = 0; i < 2; i++) {
             if (i < nst) {
+                t.Gst[i] = cv.take<float>(64);
                 t.Ws[i] = cv.take<IT>((size_t)64 * (KP + 8));
                 t.Kd[i] = cv.take<IT>((size_t)64 * (KP + 8));
                 t.Ps[i] = cv.take<IT>((size_t)Ctp * LDT);
                 t.dOs[i] = cv.take<IT>((size_t)Ctp * (bv + 8));
-                t.Qs[i] = cv.take<IT>((size_t)Ctp * (KP + 8));
+                t.Qs[i] = nst == 2 ? cv.take<IT>((size_t)Ctp * (KP + 8)) : t.Kd[i];
             } else {
-                t.Ws[i] = t.Ws[0], t.Kd[i] = t.Kd[0], t.Ps[i] = t.Ps[0], t.dOs[i] = t.dOs[0], t.Qs[i] = t.Qs[0];
+                t.Gst[i] = t.Gst[0], t.Ws[i] = t.Ws[0], t.Kd[i] = t.Kd[0], t.Ps[i] = t.Ps[0], t.dOs[i] = t.dOs[0];
+                t.Qs[i] = t.Qs[0];
             }
         }
         t.nD = cv.take<IT>((size_t)64 * (bv + 8));
@@ -556,49 +700,62 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_dh(Params P
         S.dSop[r * lds + c] = fromf<IT>(v);
     });
     const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
-    auto prefetch = [&](int ci, int b) {
+    auto load_q_rows = [&](IT *dst, int ct, int tok0) {
+        cp_rows(dst, ldk, Ctp, KP, 0, P.K, P.veck,
+                [&](int t) { return t < ct ? (const IT *)P.q + ((int64_t)(tok0 + t) * P.H + h) * P.K : (const IT *)nullptr; });
+    };
+    auto prefetch = [&](int ci, int b, int ct, int tok0) {
         const int64_t ch = (int64_t)ci * P.H + h;
-        const int ct = P.chunk[ci].ct, tok0 = P.chunk[ci].tok0;
+        cp_tile(b ? S.Gst[1] : S.Gst[0], 64, P.G + ch * GDP_CHUNK, 64, 1, 64);
         cp_tile(b ? S.Ws[1] : S.Ws[0], ldk, (const IT *)P.W + ch * P.sW, KP, 64, KP);
         cp_tile(b ? S.Kd[1] : S.Kd[0], ldk, (const IT *)P.Kwd + ch * P.sW, KP, 64, KP);
         cp_tile(b ? S.Ps[1] : S.Ps[0], LDT, (const IT *)P.P + ch * P.sP, 64, Ctp, 64);
         cp_rows(b ? S.dOs[1] : S.dOs[0], lds, Ctp, w, v0, P.V, P.vecv,
                 [&](int t) { return t < ct ? (const IT *)P.d_o + ((int64_t)(tok0 + t) * P.H + h) * P.V : (const IT *)nullptr; });
-        cp_rows(b ? S.Qs[1] : S.Qs[0], ldk, Ctp, KP, 0, P.K, P.veck,
-                [&](int t) { return t < ct ? (const IT *)P.q + ((int64_t)(tok0 + t) * P.H + h) * P.K : (const IT *)nullptr; });
+        if (nst == 2) load_q_rows(b ? S.Qs[1] : S.Qs[0], ct, tok0);
         cp_commit();
     };
-    if (cbeg < cend && nst == 2) prefetch(cend - 1, 0);
+    GdpChunkInfo nx = cbeg < cend ? P.chunk[cend - 1] : GdpChunkInfo{0, 0, 0, 0};
+    if (cbeg < cend && nst == 2) prefetch(cend - 1, 0, nx.ct, nx.tok0);
     for (int ci = cend - 1; ci >= cbeg; ci--) {
         const int b = nst == 2 ? (cend - 1 - ci) & 1 : 0;
+        const int ct = nx.ct, tok0 = nx.tok0;
+        if (ci - 1 >= cbeg) nx = P.chunk[ci - 1];
         if (nst == 2) {
             if (ci - 1 >= cbeg) {
-                prefetch(ci - 1, b ^ 1);
+                prefetch(ci - 1, b ^ 1, nx.ct, nx.tok0);
                 cp_wait<1>();
             } else {
                 cp_wait<0>();
             }
         } else {
-            prefetch(ci, 0);
+            prefetch(ci, 0, ct, tok0);
             cp_wait<0>();
         }
         const int64_t ch = (int64_t)ci * P.H + h;
-        const int ct = P.chunk[ci].ct;
-        const float gL = expf(P.G[ch * GDP_CHUNK + ct - 1]);
-        for (int t = threadIdx.x; t < 64; t += blockDim.x) S.qf[t] = t < ct ? P.scale * expf(P.G[ch * GDP_CHUNK + t]) : 0.f;
+        const float *Gs = b ? S.Gst[1] : S.Gst[0];
         __syncthreads();
+        const float gL = __expf(Gs[ct - 1]);
+        for (int t = threadIdx.x; t < 64; t += blockDim.x) S.qf[t] = t < ct ? P.scale * __expf(Gs[t]) : 0.f;
         st_tile((IT *)P.dh + ch * P.sH + v0, P.VP, S.dSop, lds, KP, w);
         IT *Qs = b ? S.Qs[1] : S.Qs[0], *Wb = b ? S.Ws[1] : S.Ws[0], *Kb = b ? S.Kd[1] : S.Kd[0];
         IT *Pb = b ? S.Ps[1] : S.Ps[0], *dOb = b ? S.dOs[1] : S.dOs[0];
+        gemm(64, w, smat(Pb, LDT, true), smat(dOb, lds), Ctp, smat(Kb, ldk), smat(S.dSop, lds), KP, Zero(),
+             [&](int r, int c, float v) { S.nD[r * lds + c] = fromf<IT>(-v); });
+        __syncthreads();
+        if (nst == 1) { /* q into the Kwd buffer, now free */
+            load_q_rows(Qs, ct, tok0);
+            cp_commit();
+            cp_wait<0>();
+            __syncthreads();
+        }
         for (int e = threadIdx.x; e < Ctp * KP; e += blockDim.x) {
             const int t = e / KP, x = e - t * KP;
             Qs[t * ldk + x] = fromf<IT>(S.qf[t] * tof(Qs[t * ldk + x]));
         }
-        gemm(64, w, smat(Pb, LDT, true), smat(dOb, lds), Ctp, smat(Kb, ldk), smat(S.dSop, lds), KP, Zero(),
-             [&](int r, int c, float v) { S.nD[r * lds + c] = fromf<IT>(-v); });
-        __syncthreads();
         st_tile_f((IT *)P.dD + ch * P.sD + v0, P.VP, S.nD, lds, 64, w, [](int, int, IT v) { return fromf<IT>(-tof(v)); });
         acc_each(acc, KP, w, [&](int, int, float &v) { v *= gL; });
+        __syncthreads();
         acc_gemm(acc, KP, w, smat(Qs, ldk, true), smat(dOb, lds), Ctp);
         acc_gemm(acc, KP, w, smat(Wb, ldk, true), smat(S.nD, lds), 64);
         acc_each(acc, KP, w, [&](int r, int c, float &v) { S.dSop[r * lds + c] = fromf<IT>(v); });
@@ -613,8 +770,10 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_dh(Params P
 /* ---------------------------------------------------------------- 6. bwd_a: dq, dK_w, dW, gate parts */
 template <typename IT> struct BwdASmem {
     float *Gs, *red, *stdr, *dga, *qdot, *dKst, *dQf;
-    IT *Qs, *Kws, *dOs, *Ds, *dDs, *Hs, *dHs;
-    __host__ __device__ static size_t carve(char *base, int Ctp, BwdASmem *s) {
+    IT *Qs, *Kws, *dOs[2], *Ds[2], *dDs[2], *Hs[2], *dHs[2];
+    /* two stages of the per-V-tile operands; after the loop the fp32 dKst and dQf take the
+     * stage that the last V tile did not use */
+    __host__ __device__ static size_t carve(char *base, int Ctp, int nvt, BwdASmem *s) {
         Carve cv(base);
         BwdASmem t;
         t.Gs = cv.take<float>(64);
@@ -622,15 +781,25 @@ template <typename IT> struct BwdASmem {
         t.stdr = cv.take<float>(64);
         t.dga = cv.take<float>(64);
         t.qdot = cv.take<float>(64);
-        t.dKst = cv.take<float>((size_t)64 * LDF);
-        t.dQf = cv.take<float>((size_t)Ctp * LDF);
         t.Qs = cv.take<IT>((size_t)Ctp * LDT);
         t.Kws = cv.take<IT>((size_t)64 * LDT);
-        t.dOs = cv.take<IT>((size_t)Ctp * LDT);
-        t.Ds = cv.take<IT>((size_t)64 * LDT);
-        t.dDs = cv.take<IT>((size_t)64 * LDT);
-        t.Hs = cv.take<IT>((size_t)64 * LDT);
-        t.dHs = cv.take<IT>((size_t)64 * LDT);
+        const size_t stage = ((size_t)Ctp * LDT + 4 * 64 * LDT) * sizeof(IT);
+        const size_t fneed = (size_t)(64 + Ctp) * LDF * 4;
+        const size_t sb = stage > fneed ? stage : fneed;
+        char *st[2];
+        st[0] = cv.take<char>(sb);
+        st[1] = cv.take<char>(sb);
+        for (int i = 0; i < 2; i++) {
+            IT *q = (IT *)st[i];
+            t.dOs[i] = q;
+            t.Ds[i] = q + (size_t)Ctp * LDT;
+            t.dDs[i] = t.Ds[i] + 64 * LDT;
+            t.Hs[i] = t.dDs[i] + 64 * LDT;
+            t.dHs[i] = t.Hs[i] + 64 * LDT;
+        }
+        const int other = nvt > 0 ? ((nvt - 1) & 1) ^ 1 : 0;
+        t.dKst = (float *)(other ? st[1] : st[0]);
+        t.dQf = t.dKst + 64 * LDF;
         if (s) *s = t;
         return cv.off;
     }
@@ -642,59 +811,79 @@ __device__ __forceinline__ float warp_sum(float s) {
     return s;
 }
 
-template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_a(Params P) {
+template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a(Params P) {
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
     if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
     BwdASmem<IT> S;
-    BwdASmem<IT>::carve(smem, P.Ctp, &S);
+    BwdASmem<IT>::carve(smem, P.Ctp, P.nvt, &S);
     const int kt = blockIdx.z, c0 = kt * GDP_TILE, wk = min(GDP_TILE, P.KP - c0), Ctp = P.Ctp, n = P.n;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const IT *Dg = (const IT *)P.D + c.ch * P.sD, *dDg = (const IT *)P.dD + c.ch * P.sD;
     const IT *hg = (const IT *)P.h + c.ch * P.sH + (int64_t)c0 * P.VP, *dhg = (const IT *)P.dh + c.ch * P.sH + (int64_t)c0 * P.VP;
     for (int t = tid; t < 64; t += blockDim.x) S.Gs[t] = P.G[c.ch * GDP_CHUNK + t];
-    load_q<IT>(P, c, S.Qs, LDT, c0, wk, nullptr);
-    load_kw<IT>(P, c, S.Kws, c0, wk);
+    auto issue = [&](int vt, int b) {
+        const int v0 = vt * GDP_TILE, wv = min(GDP_TILE, P.VP - v0);
+        cp_rows(b ? S.dOs[1] : S.dOs[0], LDT, Ctp, wv, v0, P.V, P.vecv, [&](int t) {
+            return t < c.ct ? (const IT *)P.d_o + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.V : (const IT *)nullptr;
+        });
+        cp_tile(b ? S.Ds[1] : S.Ds[0], LDT, Dg + v0, P.VP, 64, wv);
+        cp_tile(b ? S.dDs[1] : S.dDs[0], LDT, dDg + v0, P.VP, 64, wv);
+        cp_tile(b ? S.Hs[1] : S.Hs[0], LDT, hg + v0, P.VP, wk, wv);
+        cp_tile(b ? S.dHs[1] : S.dHs[0], LDT, dhg + v0, P.VP, wk, wv);
+        cp_commit();
+    };
+    cp_rows(S.Qs, LDT, Ctp, wk, c0, P.K, P.veck,
+            [&](int t) { return t < c.ct ? (const IT *)P.q + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.K : (const IT *)nullptr; });
+    if (P.mode == GDP_MODE_HOUSEHOLDER)
+        cp_rows(S.Kws, LDT, 64, wk, c0, P.K, P.veck,
+                [&](int r) { return r < c.lc ? krow<IT>(P, c.tok0, c.h, r) : (const IT *)nullptr; });
+    else
+        load_kw<IT>(P, c, S.Kws, c0, wk);
+    issue(0, 0);
     float aQ[4][4], aK[4][4], aW[4][4], aP[4][4];
 #pragma unroll
     for (int i = 0; i < 16; i++) aQ[i >> 2][i & 3] = aK[i >> 2][i & 3] = aW[i >> 2][i & 3] = aP[i >> 2][i & 3] = 0.f;
     float hdh = 0.f;
+    int lastb = 0;
     for (int vt = 0; vt < P.nvt; vt++) {
-        const int v0 = vt * GDP_TILE, wv = min(GDP_TILE, P.VP - v0);
-        cp_rows(S.dOs, LDT, Ctp, wv, v0, P.V, P.vecv, [&](int t) {
-            return t < c.ct ? (const IT *)P.d_o + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.V : (const IT *)nullptr;
-        });
-        cp_tile(S.Ds, LDT, Dg + v0, P.VP, 64, wv);
-        cp_tile(S.dDs, LDT, dDg + v0, P.VP, 64, wv);
-        cp_tile(S.Hs, LDT, hg + v0, P.VP, wk, wv);
-        cp_tile(S.dHs, LDT, dhg + v0, P.VP, wk, wv);
-        cp_commit();
-        cp_wait<0>();
+        const int b = vt & 1, wv = min(GDP_TILE, P.VP - vt * GDP_TILE);
+        if (vt + 1 < P.nvt) {
+            issue(vt + 1, b ^ 1);
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
         __syncthreads();
+        IT *dOs = b ? S.dOs[1] : S.dOs[0], *Ds = b ? S.Ds[1] : S.Ds[0], *dDs = b ? S.dDs[1] : S.dDs[0];
+        IT *Hs = b ? S.Hs[1] : S.Hs[0], *dHs = b ? S.dHs[1] : S.dHs[0];
         for (int e = tid; e < wk * wv; e += blockDim.x) {
             const int x = e / wv, y = e - x * wv;
-            hdh += tof(S.Hs[x * LDT + y]) * tof(S.dHs[x * LDT + y]);
+            hdh += tof(Hs[x * LDT + y]) * tof(dHs[x * LDT + y]);
         }
-        tile_gemm(aQ, Ctp, wk, smat(S.dOs, LDT), smat(S.Hs, LDT, true), wv);
-        tile_gemm(aK, 64, wk, smat(S.Ds, LDT), smat(S.dHs, LDT, true), wv);
-        tile_gemm(aW, 64, wk, smat(S.dDs, LDT), smat(S.Hs, LDT, true), wv);
-        tile_gemm(aP, Ctp, 64, smat(S.dOs, LDT), smat(S.Ds, LDT, true), wv);
+        tile_gemm(aQ, Ctp, wk, smat(dOs, LDT), smat(Hs, LDT, true), wv);
+        tile_gemm(aK, 64, wk, smat(Ds, LDT), smat(dHs, LDT, true), wv);
+        tile_gemm(aW, 64, wk, smat(dDs, LDT), smat(Hs, LDT, true), wv);
+        tile_gemm(aP, Ctp, 64, smat(dOs, LDT), smat(Ds, LDT, true), wv);
         __syncthreads();
+        lastb = b;
     }
+    /* the stage the last V tile used holds dS and the dW staging from here on */
+    IT *const dOsL = lastb ? S.dOs[1] : S.dOs[0], *const dDsL = lastb ? S.dDs[1] : S.dDs[0];
     const float GL = S.Gs[c.ct - 1], gL = expf(GL);
     /* dS (into dOs), the state-write part of dK_w (dKst), dW (staged in dDs) */
-    IT *dSs = S.dOs;
+    IT *dSs = dOsL;
     tile_each(aP, Ctp, 64, [&](int t, int s, float v) {
         float val = 0.f;
-        if (t < c.ct && s < c.lc && s / n <= t) val = P.scale * expf(S.Gs[t] - S.Gs[s / n]) * v;
+        if (t < c.ct && s < c.lc && tokof(P, s) <= t) val = P.scale * __expf(S.Gs[t] - S.Gs[tokof(P, s)]) * v;
         dSs[t * LDT + s] = from_f32<IT>(val);
     });
-    tile_each(aK, 64, wk, [&](int r, int x, float v) { S.dKst[r * LDF + x] = r < c.lc ? expf(GL - S.Gs[r / n]) * v : 0.f; });
-    tile_each(aW, 64, wk, [&](int r, int x, float v) { S.dDs[r * LDT + x] = fromf<IT>(-v); });
+    tile_each(aK, 64, wk, [&](int r, int x, float v) { S.dKst[r * LDF + x] = r < c.lc ? __expf(GL - S.Gs[tokof(P, r)]) * v : 0.f; });
+    tile_each(aW, 64, wk, [&](int r, int x, float v) { dDsL[r * LDT + x] = fromf<IT>(-v); });
     hdh = warp_sum(hdh);
     if (lane == 0) S.red[warp] = hdh;
     __syncthreads();
-    st_tile((IT *)P.dW + c.ch * P.sW + c0, P.KP, S.dDs, LDT, 64, wk);
+    st_tile((IT *)P.dW + c.ch * P.sW + c0, P.KP, dDsL, LDT, 64, wk);
     row_reduce(64, wk, [&](int i, int x) { return S.dKst[i * LDF + x] * tof(S.Kws[i * LDT + x]); },
                [&](int i, float v) { S.stdr[i] = v; });
     /* dQ = scale gamma dO h^T + dS Kw: the same warp tiles as aQ */
@@ -709,12 +898,16 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_a(Param
     row_reduce(Ctp, wk, [&](int t, int x) { return S.dQf[t * LDF + x] * tof(S.Qs[t * LDT + x]); },
                [&](int t, float v) { S.qdot[t] = v; });
     __syncthreads();
-    for (int e = tid; e < 64 * (wk >> 2); e += blockDim.x) {
-        const int r = e / (wk >> 2), x = (e - r * (wk >> 2)) * 4;
-        *(float4 *)(P.dKw + c.ch * P.sW + (int64_t)r * P.KP + c0 + x) = *(const float4 *)(S.dKst + r * LDF + x);
-    }
     row_reduce(64, wk, [&](int i, int x) { return S.dKst[i * LDF + x] * tof(S.Kws[i * LDT + x]); },
                [&](int i, float v) { S.dga[i] = -v; });
+    {
+        IT *dKwg = (IT *)P.dKw + c.ch * P.sW + c0;
+        const int hp = wk >> 1;
+        for (int e = tid; e < 64 * hp; e += blockDim.x) {
+            const int r = e / hp, x = (e - r * hp) * 2;
+            store2(dKwg + (int64_t)r * P.KP + x, S.dKst[r * LDF + x], S.dKst[r * LDF + x + 1]);
+        }
+    }
     __syncthreads();
     if (warp == 0) {
         float ht = 0.f;
@@ -730,9 +923,36 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_a(Param
     }
 }
 
+/* dg for the chunk's tokens from the per-row gate gradients dGr[64]: per-token sums, then a reverse
+ * inclusive scan over the tokens (warp 0). */
+__device__ void dg_scan(const Params &P, const ChunkCtx &c, const float *dGr) {
+    const int lane = threadIdx.x, n = P.n;
+    float a = 0.f, b = 0.f;
+    for (int j = 0; j < n; j++) {
+        if (lane < c.ct) a += dGr[lane * n + j];
+        if (lane + 32 < c.ct) b += dGr[(lane + 32) * n + j];
+    }
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const float ya = __shfl_down_sync(0xffffffffu, a, o), yb = __shfl_down_sync(0xffffffffu, b, o);
+        if (lane + o < 32) {
+            a += ya;
+            b += yb;
+        }
+    }
+    a += __shfl_sync(0xffffffffu, b, 0);
+    if (lane < c.ct) P.dg[(int64_t)(c.tok0 + lane) * P.H + c.h] = a;
+    if (lane + 32 < c.ct) P.dg[(int64_t)(c.tok0 + lane + 32) * P.H + c.h] = b;
+}
+
 /* ---------------------------------------------------------------- 7. bwd_b: WY backward */
+/* T comes from the backward's prep (workspace T). Per chunk:
+ *   dT = dW X_r^T + dDelta X_v^T (registers), dX_v = T^T dDelta -> dv, dbeta;
+ *   dA = -T^T (mask o dT) T^T, D = dA o E, Dp = diag(beta) D;
+ *   per K tile: E = gamma T^T dW + D Kw, dR = beta E, dKw = dKw_a + Dp^T R -> dk, dmask;
+ *   dbeta += <E, R>, dG += beta <E, R> - <dKw, Kw>; then dg by a reverse scan. */
 template <typename IT> struct BwdBSmem {
-    float *Gs, *br, *dbr, *dGr, *Zs, *dMs, *Af, *Tf, *F0, *F1, *F2;
+    float *Gs, *br, *dbr, *dGr, *dMs, *F0, *F1;
     IT *Top, *dTop, *Yop, *Dp, *b0, *b1, *b2;
     __host__ __device__ static size_t carve(char *base, int rr, BwdBSmem *s) {
         Carve cv(base);
@@ -741,13 +961,9 @@ template <typename IT> struct BwdBSmem {
         t.br = cv.take<float>(64);
         t.dbr = cv.take<float>(64);
         t.dGr = cv.take<float>(64);
-        t.Zs = cv.take<float>(768);
         t.dMs = cv.take<float>(rr > 0 ? rr : 1);
-        t.Af = cv.take<float>(64 * LDA);
-        t.Tf = cv.take<float>(64 * LDA);
         t.F0 = cv.take<float>(64 * LDF);
         t.F1 = cv.take<float>(64 * LDF);
-        t.F2 = cv.take<float>(64 * LDF);
         t.Top = cv.take<IT>(64 * LDT);
         t.dTop = cv.take<IT>(64 * LDT);
         t.Yop = cv.take<IT>(64 * LDT);
@@ -768,6 +984,8 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_b(Param
     const bool hh = P.mode == GDP_MODE_HOUSEHOLDER;
     BwdBSmem<IT> S;
     BwdBSmem<IT>::carve(smem, rr, &S);
+    cp_tile(S.Top, LDT, (const IT *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK), 64, 64, 64);
+    cp_commit();
     load_gates<IT>(P, c, S.Gs, S.br);
     for (int i = tid; i < 64; i += blockDim.x) {
         S.dbr[i] = 0.f;
@@ -775,11 +993,10 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_b(Param
     }
     for (int i = tid; i < rr; i += blockDim.x) S.dMs[i] = 0.f;
     __syncthreads();
-    build_A<IT>(P, c, S.Gs, S.br, S.b0, S.b1, S.b2, S.Af, false, nullptr);
-    solve_T<IT>(S.Af, S.Tf, S.Top, S.Zs);
-    float *dT = S.Af; /* A is no longer needed */
-    for (int e = tid; e < 64 * 64; e += blockDim.x) dT[(e >> 6) * LDA + (e & 63)] = 0.f;
     const IT *dWg = (const IT *)P.dW + c.ch * P.sW, *dDg = (const IT *)P.dD + c.ch * P.sD;
+    float aT[4][4];
+#pragma unroll
+    for (int i = 0; i < 16; i++) aT[i >> 2][i & 3] = 0.f;
     /* dT = dW X_r^T + dDelta X_v^T; dX_v = T^T dDelta -> dv, dbeta part */
     for (int kt = 0; kt < P.nkt; kt++) {
         const int c0 = kt * GDP_TILE, wk = min(GDP_TILE, P.KP - c0);
@@ -788,8 +1005,7 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_b(Param
         load_r<IT>(P, c, S.b1, c0, wk, S.Gs, S.br, 1);
         cp_wait<0>();
         __syncthreads();
-        gemm(64, 64, smat(S.b0, LDT), smat(S.b1, LDT, true), wk, [&](int r, int cc) { return dT[r * LDA + cc]; },
-             [&](int r, int cc, float v) { dT[r * LDA + cc] = v; });
+        tile_gemm(aT, 64, 64, smat(S.b0, LDT), smat(S.b1, LDT, true), wk);
         __syncthreads();
     }
     for (int vt = 0; vt < P.nvt; vt++) {
@@ -800,8 +1016,7 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_b(Param
         load_v<IT>(P, c, S.b1, v0, wv, S.br, 1);
         cp_wait<0>();
         __syncthreads();
-        gemm(64, 64, smat(S.b0, LDT), smat(S.b1, LDT, true), wv, [&](int r, int cc) { return dT[r * LDA + cc]; },
-             [&](int r, int cc, float v) { dT[r * LDA + cc] = v; });
+        tile_gemm(aT, 64, 64, smat(S.b0, LDT), smat(S.b1, LDT, true), wv);
         gemm(64, wv, smat(S.Top, LDT, true), smat(S.b0, LDT), 64, Zero(), [&](int r, int cc, float v) { S.F1[r * LDF + cc] = v; });
         __syncthreads();
         row_reduce(c.lc, wv, [&](int i, int x) { return S.F1[i * LDF + x] * tof(S.b2[i * LDT + x]); },
@@ -809,94 +1024,79 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_b(Param
         if (hh) {
             for (int e = tid; e < 64 * wv; e += blockDim.x) {
                 const int i = e / wv, x = e - i * wv;
-                S.F2[i * LDF + x] = S.br[i] * S.F1[i * LDF + x];
+                S.F0[i * LDF + x] = S.br[i] * S.F1[i * LDF + x];
             }
         } else {
             for (int e = tid; e < c.ct * wv; e += blockDim.x) {
                 const int t = e / wv, x = e - t * wv;
                 float acc = 0.f;
                 for (int a = 0; a < n; a++) acc += S.br[t * n + a] * S.F1[(t * n + a) * LDF + x];
-                S.F2[t * LDF + x] = acc;
+                S.F0[t * LDF + x] = acc;
             }
         }
         __syncthreads();
         if (hh)
-            store_rows<IT>(S.F2, LDF, c.lc, wv, v0, P.V, P.vecv, [&](int i) {
+            store_rows<IT>(S.F0, LDF, c.lc, wv, v0, P.V, P.vecv, [&](int i) {
                 return (IT *)P.dv + (((int64_t)c.tok0 * n + i) * P.H + c.h) * P.V;
             });
         else
-            store_rows<IT>(S.F2, LDF, c.ct, wv, v0, P.V, P.vecv,
+            store_rows<IT>(S.F0, LDF, c.ct, wv, v0, P.V, P.vecv,
                            [&](int t) { return (IT *)P.dv + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.V; });
         __syncthreads();
     }
     /* dA = -T^T (mask o dT) T^T; D = dA o E (earlier only), Dp = diag(beta) D */
-    for (int e = tid; e < 64 * 64; e += blockDim.x) {
-        const int i = e >> 6, j = e & 63;
+    tile_each(aT, 64, 64, [&](int i, int j, float v) {
         const bool on = i < c.lc && j < c.lc && earlier(P, i, j);
-        S.dTop[i * LDT + j] = from_f32<IT>(on ? dT[i * LDA + j] : 0.f);
-    }
+        S.dTop[i * LDT + j] = fromf<IT>(on ? v : 0.f);
+    });
     __syncthreads();
     gemm(64, 64, smat(S.dTop, LDT), smat(S.Top, LDT, true), 64, Zero(),
-         [&](int r, int cc, float v) { S.Yop[r * LDT + cc] = from_f32<IT>(v); });
+         [&](int r, int cc, float v) { S.Yop[r * LDT + cc] = fromf<IT>(v); });
     __syncthreads();
     IT *Dop = S.dTop;
     gemm(64, 64, smat(S.Top, LDT, true), smat(S.Yop, LDT), 64, Zero(), [&](int i, int j, float v) {
         float d = 0.f;
-        if (i < c.lc && j < c.lc && earlier(P, i, j)) d = -v * expf(S.Gs[i / n] - S.Gs[j / n]);
-        Dop[i * LDT + j] = from_f32<IT>(d);
-        S.Dp[i * LDT + j] = from_f32<IT>(S.br[i] * d);
+        if (i < c.lc && j < c.lc && earlier(P, i, j)) d = -v * __expf(S.Gs[tokof(P, i)] - S.Gs[tokof(P, j)]);
+        Dop[i * LDT + j] = fromf<IT>(d);
+        S.Dp[i * LDT + j] = fromf<IT>(S.br[i] * d);
     });
     __syncthreads();
-    /* per K tile: dR = beta gamma T^T dW + beta D Kw; dKw = dKw_a + Dp^T R */
     const int wsl = P.K / n;
-    const float *dKwg = P.dKw + c.ch * P.sW;
+    const IT *dKwg = (const IT *)P.dKw + c.ch * P.sW;
     IT *Rb = hh ? S.b0 : S.b1;
+    IT *stage = S.Yop; /* dk rows, staged in the operand type */
     for (int kt = 0; kt < P.nkt; kt++) {
         const int c0 = kt * GDP_TILE, wk = min(GDP_TILE, P.KP - c0);
         cp_tile(S.b2, LDT, dWg + c0, P.KP, 64, wk);
-        cp_tile(S.F0, LDF, dKwg + c0, P.KP, 64, wk);
         cp_commit();
+        fill(S.F0, LDF, 64, wk, [&](int r, int x) { return tof(dKwg[(int64_t)r * P.KP + c0 + x]); });
         load_kw<IT>(P, c, S.b0, c0, wk);
         if (!hh) load_r<IT>(P, c, S.b1, c0, wk, S.Gs, S.br, 0);
         cp_wait<0>();
         __syncthreads();
         gemm(64, wk, smat(S.Top, LDT, true), smat(S.b2, LDT), 64, Zero(), [&](int r, int cc, float v) { S.F1[r * LDF + cc] = v; });
-        gemm(64, wk, smat(Dop, LDT), smat(S.b0, LDT), 64, Zero(), [&](int r, int cc, float v) { S.F2[r * LDF + cc] = v; });
+        row_reduce(c.lc, wk, [&](int i, int x) { return S.F0[i * LDF + x] * tof(S.b0[i * LDT + x]); },
+                   [&](int i, float v) { S.dGr[i] += v; }); /* minus the change below: -<Dp^T R, Kw> */
         __syncthreads();
-        {
-            const int warp = tid >> 5, lane = tid & 31;
-            for (int i = warp; i < c.lc; i += NTHREADS / 32) {
-                const float gi = expf(S.Gs[i / n]), bi = S.br[i];
-                float d1 = 0.f, d3 = 0.f;
-                for (int x = lane; x < wk; x += 32) {
-                    const float f1 = S.F1[i * LDF + x], f2 = S.F2[i * LDF + x], rv = tof(Rb[i * LDT + x]);
-                    d1 += f1 * rv;
-                    d3 += f2 * rv;
-                    S.F1[i * LDF + x] = bi * gi * f1 + bi * f2;
-                }
-                d1 = warp_sum(d1);
-                d3 = warp_sum(d3);
-                if (lane == 0) {
-                    S.dbr[i] += gi * d1 + d3;
-                    S.dGr[i] += bi * gi * d1 + bi * d3;
-                }
-            }
-        }
+        /* F1 = E = gamma dX_r + D Kw */
+        gemm(64, wk, smat(Dop, LDT), smat(S.b0, LDT), 64,
+             [&](int r, int cc) { return r < c.lc ? __expf(S.Gs[tokof(P, r)]) * S.F1[r * LDF + cc] : 0.f; },
+             [&](int r, int cc, float v) { S.F1[r * LDF + cc] = v; });
+        /* F0 = dKw = dKw_a + Dp^T R */
+        gemm(64, wk, smat(S.Dp, LDT, true), smat(Rb, LDT), 64, [&](int r, int cc) { return S.F0[r * LDF + cc]; },
+             [&](int r, int cc, float v) { S.F0[r * LDF + cc] = v; });
         __syncthreads();
-        gemm(64, wk, smat(S.Dp, LDT, true), smat(Rb, LDT), 64, Zero(), [&](int r, int cc, float v) { S.F2[r * LDF + cc] = v; });
-        __syncthreads();
-        row_reduce(c.lc, wk,
-                   [&](int i, int x) {
-                       const float f = S.F2[i * LDF + x];
-                       S.F0[i * LDF + x] += f;
-                       return f * tof(S.b0[i * LDT + x]);
-                   },
+        row_reduce(c.lc, wk, [&](int i, int x) { return S.F1[i * LDF + x] * tof(Rb[i * LDT + x]); },
+                   [&](int i, float v) {
+                       S.dbr[i] += v;
+                       S.dGr[i] += S.br[i] * v;
+                   });
+        row_reduce(c.lc, wk, [&](int i, int x) { return S.F0[i * LDF + x] * tof(S.b0[i * LDT + x]); },
                    [&](int i, float v) { S.dGr[i] -= v; });
-        __syncthreads();
         if (hh) {
             for (int e = tid; e < 64 * wk; e += blockDim.x) {
                 const int i = e / wk, x = e - i * wk;
-                S.F2[i * LDF + x] = S.F1[i * LDF + x] + S.F0[i * LDF + x];
+                stage[i * LDT + x] = fromf<IT>(S.br[i] * S.F1[i * LDF + x] + S.F0[i * LDF + x]);
             }
         } else {
             for (int e = tid; e < c.ct * wk; e += blockDim.x) {
@@ -905,11 +1105,12 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_b(Param
                 if (c0 + x < P.K) {
                     const int b = (c0 + x) / wsl;
                     acc = S.F0[(t * n + b) * LDF + x];
-                    for (int a = 0; a < n; a++) acc += P.mask[((int64_t)c.h * n + a) * n + b] * S.F1[(t * n + a) * LDF + x];
+                    for (int a = 0; a < n; a++)
+                        acc += P.mask[((int64_t)c.h * n + a) * n + b] * S.br[t * n + a] * S.F1[(t * n + a) * LDF + x];
                 }
-                S.F2[t * LDF + x] = acc;
+                stage[t * LDT + x] = fromf<IT>(acc);
             }
-            /* dM[a,b] += sum_t sum_{x in slice b} dR_(t,a)[x] k_t[x]  (k_t[x] = Kw_(t,b)[x]) */
+            /* dM[a,b] += sum_t sum_{x in slice b} dR_(t,a)[x] k_t[x]  (k_t[x] = Kw_(t,b)[x], dR = beta E) */
             const int warp = tid >> 5, lane = tid & 31;
             for (int pr = warp; pr < rr; pr += NTHREADS / 32) {
                 const int a = pr / n, b = pr % n;
@@ -919,7 +1120,7 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_b(Param
                     const int wx = xhi - xlo;
                     for (int e = lane; e < c.ct * wx; e += 32) {
                         const int t = e / wx, x = xlo + e - t * wx;
-                        s += S.F1[(t * n + a) * LDF + x] * tof(S.b0[(t * n + b) * LDT + x]);
+                        s += S.br[t * n + a] * S.F1[(t * n + a) * LDF + x] * tof(S.b0[(t * n + b) * LDT + x]);
                     }
                 }
                 s = warp_sum(s);
@@ -928,11 +1129,11 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_b(Param
         }
         __syncthreads();
         if (hh)
-            store_rows<IT>(S.F2, LDF, c.lc, wk, c0, P.K, P.veck, [&](int i) {
+            store_rows<IT>(stage, LDT, c.lc, wk, c0, P.K, P.veck, [&](int i) {
                 return (IT *)P.dk + (((int64_t)c.tok0 * n + i) * P.H + c.h) * P.K;
             });
         else
-            store_rows<IT>(S.F2, LDF, c.ct, wk, c0, P.K, P.veck,
+            store_rows<IT>(stage, LDT, c.ct, wk, c0, P.K, P.veck,
                            [&](int t) { return (IT *)P.dk + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.K; });
         __syncthreads();
     }
@@ -955,27 +1156,170 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_b(Param
         for (int i = tid; i < rr; i += blockDim.x) P.dM[c.ch * rr + i] = S.dMs[i];
     }
     __syncthreads();
-    if (tid < 32 && P.dg) {
-        /* per-token sums, then a reverse inclusive scan over the tokens (warp shuffles) */
-        const int lane = tid;
-        float a = 0.f, b = 0.f;
-        for (int j = 0; j < n; j++) {
-            if (lane < c.ct) a += S.dGr[lane * n + j];
-            if (lane + 32 < c.ct) b += S.dGr[(lane + 32) * n + j];
+    if (tid < 32 && P.dg) dg_scan(P, c, S.dGr);
+}
+
+/* ---------------------------------------------------------------- 7b. bwd_b, householder fast path */
+/* Same math as k_bwd_b with R = K_w = k: every tile arrives raw by cp.async, double-buffered over
+ * the whole kernel (stages: dW|k per K tile, dDelta|v per V tile, dW|k|dKw per K tile), and the
+ * beta, gamma scalings move into the epilogues: dT = (dW k^T) diag(beta gamma) + (dDelta v^T) diag(beta). */
+template <typename IT> struct BwdBhSmem {
+    float *Gs, *br, *dbr, *dGr, *part, *F1;
+    IT *A[2], *B[2], *C[2], *Top, *dTop, *Yop, *Dp;
+    __host__ __device__ static size_t carve(char *base, BwdBhSmem *s) {
+        Carve cv(base);
+        BwdBhSmem t;
+        t.Gs = cv.take<float>(64);
+        t.br = cv.take<float>(64);
+        t.dbr = cv.take<float>(64);
+        t.dGr = cv.take<float>(64);
+        t.part = cv.take<float>(128);
+        t.F1 = cv.take<float>(64 * LDF);
+        for (int i = 0; i < 2; i++) {
+            t.A[i] = cv.take<IT>(64 * LDT);
+            t.B[i] = cv.take<IT>(64 * LDT);
+            t.C[i] = cv.take<IT>(64 * LDT);
         }
-        /* reverse scan over 64 tokens: suffix sums; b half first */
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const float ya = __shfl_down_sync(0xffffffffu, a, o), yb = __shfl_down_sync(0xffffffffu, b, o);
-            if (lane + o < 32) {
-                a += ya;
-                b += yb;
-            }
-        }
-        a += __shfl_sync(0xffffffffu, b, 0);
-        if (lane < c.ct) P.dg[(int64_t)(c.tok0 + lane) * P.H + c.h] = a;
-        if (lane + 32 < c.ct) P.dg[(int64_t)(c.tok0 + lane + 32) * P.H + c.h] = b;
+        t.Top = cv.take<IT>(64 * LDT);
+        t.dTop = cv.take<IT>(64 * LDT);
+        t.Yop = cv.take<IT>(64 * LDT);
+        t.Dp = cv.take<IT>(64 * LDT);
+        if (s) *s = t;
+        return cv.off;
     }
+};
+
+template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_hh(Params P) {
+    extern __shared__ __align__(16) char smem[];
+    ChunkCtx c;
+    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    const int n = P.n, tid = threadIdx.x, nkt = P.nkt, nvt = P.nvt, NS = 2 * nkt + nvt;
+    BwdBhSmem<IT> S;
+    BwdBhSmem<IT>::carve(smem, &S);
+    const IT *dWg = (const IT *)P.dW + c.ch * P.sW, *dDg = (const IT *)P.dD + c.ch * P.sD;
+    const IT *dKwg = (const IT *)P.dKw + c.ch * P.sW;
+    auto krowp = [&](int r) { return r < c.lc ? krow<IT>(P, c.tok0, c.h, r) : (const IT *)nullptr; };
+    auto vrowp = [&](int r) { return r < c.lc ? vrow<IT>(P, c.tok0, c.h, r) : (const IT *)nullptr; };
+    auto issue = [&](int st, int b) {
+        IT *A = b ? S.A[1] : S.A[0], *B = b ? S.B[1] : S.B[0], *C = b ? S.C[1] : S.C[0];
+        if (st < nkt) {
+            const int c0 = st * GDP_TILE, wk = min(GDP_TILE, P.KP - c0);
+            cp_tile(A, LDT, dWg + c0, P.KP, 64, wk);
+            cp_rows(B, LDT, 64, wk, c0, P.K, P.veck, krowp);
+        } else if (st < nkt + nvt) {
+            const int v0 = (st - nkt) * GDP_TILE, wv = min(GDP_TILE, P.VP - v0);
+            cp_tile(A, LDT, dDg + v0, P.VP, 64, wv);
+            cp_rows(B, LDT, 64, wv, v0, P.V, P.vecv, vrowp);
+        } else {
+            const int c0 = (st - nkt - nvt) * GDP_TILE, wk = min(GDP_TILE, P.KP - c0);
+            cp_tile(A, LDT, dWg + c0, P.KP, 64, wk);
+            cp_rows(B, LDT, 64, wk, c0, P.K, P.veck, krowp);
+            cp_tile(C, LDT, dKwg + c0, P.KP, 64, wk);
+        }
+        cp_commit();
+    };
+    cp_tile(S.Top, LDT, (const IT *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK), 64, 64, 64);
+    issue(0, 0);
+    load_gates<IT>(P, c, S.Gs, S.br);
+    for (int i = tid; i < 64; i += blockDim.x) {
+        S.dbr[i] = 0.f;
+        S.dGr[i] = 0.f;
+    }
+    float aT1[4][4], aT2[4][4];
+#pragma unroll
+    for (int i = 0; i < 16; i++) aT1[i >> 2][i & 3] = aT2[i >> 2][i & 3] = 0.f;
+    IT *Dop = S.dTop;
+    for (int st = 0; st < NS; st++) {
+        const int b = st & 1;
+        if (st + 1 < NS) {
+            issue(st + 1, b ^ 1);
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        IT *A = b ? S.A[1] : S.A[0], *B = b ? S.B[1] : S.B[0], *C = b ? S.C[1] : S.C[0];
+        if (st < nkt) {
+            const int wk = min(GDP_TILE, P.KP - st * GDP_TILE);
+            tile_gemm(aT1, 64, 64, smat(A, LDT), smat(B, LDT, true), wk);
+        } else if (st < nkt + nvt) {
+            const int v0 = (st - nkt) * GDP_TILE, wv = min(GDP_TILE, P.VP - v0);
+            tile_gemm(aT2, 64, 64, smat(A, LDT), smat(B, LDT, true), wv);
+            gemm(64, wv, smat(S.Top, LDT, true), smat(A, LDT), 64, Zero(), [&](int r, int cc, float v) { S.F1[r * LDF + cc] = v; });
+            __syncthreads();
+            row_reduce(c.lc, wv, [&](int i, int x) { return S.F1[i * LDF + x] * tof(B[i * LDT + x]); },
+                       [&](int i, float v) { S.dbr[i] += v; });
+            for (int e = tid; e < 64 * wv; e += blockDim.x) {
+                const int i = e / wv, x = e - i * wv;
+                C[i * LDT + x] = fromf<IT>(S.br[i] * S.F1[i * LDF + x]);
+            }
+            __syncthreads();
+            store_rows<IT>(C, LDT, c.lc, wv, v0, P.V, P.vecv,
+                           [&](int i) { return (IT *)P.dv + (((int64_t)c.tok0 * n + i) * P.H + c.h) * P.V; });
+            if (st == nkt + nvt - 1) {
+                /* dT (masked to the strictly-lower rows), dA = -T^T dT T^T, D = dA o E, Dp = diag(beta) D */
+                tile_each(aT1, 64, 64, [&](int i, int j, float v) {
+                    float d = 0.f;
+                    if (i < c.lc && j < c.lc && j < i) d = v * S.br[j] * __expf(S.Gs[tokof(P, j)]);
+                    S.dTop[i * LDT + j] = fromf<IT>(d);
+                });
+                __syncthreads();
+                tile_each(aT2, 64, 64, [&](int i, int j, float v) {
+                    if (i < c.lc && j < c.lc && j < i)
+                        S.dTop[i * LDT + j] = fromf<IT>(tof(S.dTop[i * LDT + j]) + v * S.br[j]);
+                });
+                __syncthreads();
+                gemm(64, 64, smat(S.dTop, LDT), smat(S.Top, LDT, true), 64, Zero(),
+                     [&](int r, int cc, float v) { S.Yop[r * LDT + cc] = fromf<IT>(v); });
+                __syncthreads();
+                gemm(64, 64, smat(S.Top, LDT, true), smat(S.Yop, LDT), 64, Zero(), [&](int i, int j, float v) {
+                    float d = 0.f;
+                    if (i < c.lc && j < c.lc && j < i) d = -v * __expf(S.Gs[tokof(P, i)] - S.Gs[tokof(P, j)]);
+                    Dop[i * LDT + j] = fromf<IT>(d);
+                    S.Dp[i * LDT + j] = fromf<IT>(S.br[i] * d);
+                });
+            }
+        } else {
+            const int c0 = (st - nkt - nvt) * GDP_TILE, wk = min(GDP_TILE, P.KP - c0);
+            gemm(64, wk, smat(S.Top, LDT, true), smat(A, LDT), 64, Zero(), [&](int r, int cc, float v) { S.F1[r * LDF + cc] = v; });
+            __syncthreads();
+            /* F1 = E = gamma dX_r + D k; C = dKw = dKw_a + Dp^T k */
+            gemm(64, wk, smat(Dop, LDT), smat(B, LDT), 64,
+                 [&](int r, int cc) { return r < c.lc ? __expf(S.Gs[tokof(P, r)]) * S.F1[r * LDF + cc] : 0.f; },
+                 [&](int r, int cc, float v) { S.F1[r * LDF + cc] = v; });
+            gemm_rowdot(64, wk, smat(S.Dp, LDT, true), smat(B, LDT), 64, [&](int r, int cc) { return tof(C[r * LDT + cc]); },
+                        [&](int r, int cc, float v) { C[r * LDT + cc] = fromf<IT>(v); },
+                        [&](int r, int cc) { return tof(B[r * LDT + cc]); }, S.part);
+            __syncthreads();
+            row_reduce(c.lc, wk, [&](int i, int x) { return S.F1[i * LDF + x] * tof(B[i * LDT + x]); },
+                       [&](int i, float v) {
+                           const int tn = wk / 32;
+                           float y2 = 0.f;
+                           for (int j = 0; j < tn; j++) y2 += S.part[i * tn + j];
+                           S.dbr[i] += v;
+                           S.dGr[i] += S.br[i] * v - y2;
+                       });
+            for (int e = tid; e < 64 * wk; e += blockDim.x) {
+                const int i = e / wk, x = e - i * wk;
+                A[i * LDT + x] = fromf<IT>(S.br[i] * S.F1[i * LDF + x] + tof(C[i * LDT + x]));
+            }
+            __syncthreads();
+            store_rows<IT>(A, LDT, c.lc, wk, c0, P.K, P.veck,
+                           [&](int i) { return (IT *)P.dk + (((int64_t)c.tok0 * n + i) * P.H + c.h) * P.K; });
+        }
+        __syncthreads();
+    }
+    /* gate parts from bwd_a, dbeta, dg (reverse scan over the chunk's tokens) */
+    const float *dga = P.dGa + c.ch * (int64_t)P.nkt * GDP_CHUNK;
+    for (int i = tid; i < 64; i += blockDim.x) {
+        float sum = S.dGr[i];
+        for (int kt = 0; kt < P.nkt; kt++) sum += dga[kt * GDP_CHUNK + i];
+        S.dGr[i] = sum;
+    }
+    IT *dbeta = (IT *)P.dbeta;
+    for (int i = tid; i < c.lc; i += blockDim.x) dbeta[((int64_t)c.tok0 * n + i) * P.H + c.h] = fromf<IT>(S.dbr[i]);
+    __syncthreads();
+    if (tid < 32 && P.dg) dg_scan(P, c, S.dGr);
 }
 
 /* ---------------------------------------------------------------- 8. dmask */
@@ -1059,7 +1403,7 @@ template <typename K> static GdpStatus launch(const char *who, const char *name,
  * fewest waves of CTAs (each CTA runs one whole sequential chain), then a cost that grows with
  * the tile width, then two stages (prefetch) over one. */
 template <typename IT, typename Kern>
-static bool pick_bv(const GdpPlan &pl, bool dh, Kern kern, int &bv_out, int &nst_out) {
+static bool pick_bv(const GdpPlan &pl, bool dh, bool fused, Kern kern, int &bv_out, int &nst_out) {
     const int limit = max_smem_optin(), nsm = device_attr(cudaDevAttrMultiProcessorCount, 132);
     const int sm_smem = device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor, 228 * 1024);
     cudaFuncAttributes fa;
@@ -1073,7 +1417,7 @@ static bool pick_bv(const GdpPlan &pl, bool dh, Kern kern, int &bv_out, int &nst
         if (pl.KP * bv > 16384) continue;
         for (int nst = 2; nst >= 1; nst--) {
             const size_t b = dh ? DhSmem<IT>::carve(nullptr, pl.KP, pl.Ctp, bv, nst, nullptr)
-                                : StateSmem<IT>::carve(nullptr, pl.KP, bv, nst, nullptr);
+                                : StateSmem<IT>::carve(nullptr, pl.KP, bv, nst, pl.Ctp, fused, nullptr);
             if (b > (size_t)limit) continue;
             int occ = (int)(sm_smem / (b + 1024));
             const int occ_r = 65536 / (regs * NTHREADS);
@@ -1127,6 +1471,7 @@ static void fill_params(const GdpDesc *d, const GdpPlan &pl, void *ws, Params &P
     P.nkt = pl.nkt;
     P.nvt = pl.nvt;
     P.scale = (float)gdp_effective_scale(d);
+    P.ninv = 65536 / d->n + 1;
     P.cu = d->cu_seqlens;
     char *w = (char *)ws;
     P.seq = (GdpSeqInfo *)(w + pl.o_seq);
@@ -1141,7 +1486,7 @@ static void fill_params(const GdpDesc *d, const GdpPlan &pl, void *ws, Params &P
     P.dh = w + pl.o_dh;
     P.dD = w + pl.o_dD;
     P.dW = w + pl.o_dW;
-    P.dKw = (float *)(w + pl.o_dKw);
+    P.dKw = w + pl.o_dKw;
     P.dGa = (float *)(w + pl.o_dGa);
     P.dM = (float *)(w + pl.o_dM);
     P.sW = pl.sW;
@@ -1154,15 +1499,19 @@ static void fill_params(const GdpDesc *d, const GdpPlan &pl, void *ws, Params &P
 /* tables, prep, state: shared by the forward and the backward (which recomputes h and Delta) */
 template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan &pl, Params &P, cudaStream_t st,
                                                   int limit) {
-    if (!pick_bv<IT>(pl, false, k_state<IT>, P.bv, P.nst))
+    if (P.fuse_out && (!pick_bv<IT>(pl, false, true, k_state<IT>, P.bv, P.nst) || P.nst != 2)) P.fuse_out = false;
+    if (!P.fuse_out && !pick_bv<IT>(pl, false, false, k_state<IT>, P.bv, P.nst))
         return gdp_fail(GDP_ERR_UNSUPPORTED, "%s: K=%d needs more shared memory than this GPU has", who, P.K);
     k_tables<<<1, 32, 0, st>>>(P);
     GDP_CU(cudaGetLastError());
     k_chunks<<<(P.NCmax + 255) / 256, 256, 0, st>>>(P);
     GDP_CU(cudaGetLastError());
-    const size_t sp = PrepSmem<IT>::carve(nullptr, nullptr);
-    const size_t ss = StateSmem<IT>::carve(nullptr, pl.KP, P.bv, P.nst, nullptr);
-    LAUNCH(k_prep<IT>, dim3(P.NCmax, P.H), sp);
+    const size_t sp2 = Prep2Smem<IT>::carve(nullptr, pl.KP, pl.VP, pl.Ctp, P.mode == GDP_MODE_SPLIT, nullptr);
+    const size_t ss = StateSmem<IT>::carve(nullptr, pl.KP, P.bv, P.nst, pl.Ctp, P.fuse_out, nullptr);
+    if (sp2 <= (size_t)limit)
+        LAUNCH(k_prep2<IT>, dim3(P.NCmax, P.H), sp2);
+    else
+        LAUNCH(k_prep<IT>, dim3(P.NCmax, P.H), PrepSmem<IT>::carve(nullptr, nullptr));
     LAUNCH(k_state<IT>, dim3(P.N * P.H, (P.VP + P.bv - 1) / P.bv), ss);
     return GDP_OK;
 }
@@ -1184,10 +1533,11 @@ template <typename IT> static GdpStatus forward_impl(const GdpDesc *d, const Gdp
     P.ht = (float *)a->ht;
     P.veck = d->K % 8 == 0 && aligned16(a->q) && aligned16(a->k);
     P.vecv = d->V % 8 == 0 && aligned16(a->v) && aligned16(a->o);
+    P.fuse_out = !(getenv("GDP_UNFUSED_OUTPUT") && *getenv("GDP_UNFUSED_OUTPUT") == '1');
     const int limit = max_smem_optin();
     GdpStatus s = run_front<IT>(who, pl, P, st, limit);
     if (s != GDP_OK) return s;
-    LAUNCH(k_output<IT>, dim3(P.NCmax, P.H, P.nvt), OutSmem<IT>::carve(nullptr, pl.Ctp, nullptr));
+    if (!P.fuse_out) LAUNCH(k_output<IT>, dim3(P.NCmax, P.H, P.nvt), OutSmem<IT>::carve(nullptr, pl.Ctp, nullptr));
     return GDP_OK;
 }
 
@@ -1213,17 +1563,22 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
     P.dg = (float *)a->dg;
     P.dmask = (float *)a->dmask;
     P.dh0 = (float *)a->dh0;
+    P.Tsave = (char *)ws + pl.o_T;
     P.veck = d->K % 8 == 0 && aligned16(a->q) && aligned16(a->k) && aligned16(a->dq) && aligned16(a->dk);
     P.vecv = d->V % 8 == 0 && aligned16(a->v) && aligned16(a->d_o) && aligned16(a->dv);
     const int limit = max_smem_optin();
     GdpStatus s = run_front<IT>(who, pl, P, st, limit);
     if (s != GDP_OK) return s;
-    if (!pick_bv<IT>(pl, true, k_dh<IT>, P.bv, P.nst))
+    if (!pick_bv<IT>(pl, true, false, k_dh<IT>, P.bv, P.nst))
         return gdp_fail(GDP_ERR_UNSUPPORTED, "%s: K=%d needs more shared memory than this GPU has", who, P.K);
     LAUNCH(k_dh<IT>, dim3(P.N * P.H, (P.VP + P.bv - 1) / P.bv), DhSmem<IT>::carve(nullptr, pl.KP, pl.Ctp, P.bv, P.nst, nullptr));
-    LAUNCH(k_bwd_a<IT>, dim3(P.NCmax, P.H, P.nkt), BwdASmem<IT>::carve(nullptr, pl.Ctp, nullptr));
+    LAUNCH(k_bwd_a<IT>, dim3(P.NCmax, P.H, P.nkt), BwdASmem<IT>::carve(nullptr, pl.Ctp, pl.nvt, nullptr));
     const int rr = d->mode == GDP_MODE_SPLIT ? d->n * d->n : 0;
-    LAUNCH(k_bwd_b<IT>, dim3(P.NCmax, P.H), BwdBSmem<IT>::carve(nullptr, rr, nullptr));
+    const size_t sbh = BwdBhSmem<IT>::carve(nullptr, nullptr);
+    if (d->mode == GDP_MODE_HOUSEHOLDER && sbh <= (size_t)limit)
+        LAUNCH(k_bwd_b_hh<IT>, dim3(P.NCmax, P.H), sbh);
+    else
+        LAUNCH(k_bwd_b<IT>, dim3(P.NCmax, P.H), BwdBSmem<IT>::carve(nullptr, rr, nullptr));
     if (rr && P.dmask) {
         k_dmask<<<P.H, 256, 0, st>>>(P);
         GDP_CU(cudaGetLastError());

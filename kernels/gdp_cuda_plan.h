@@ -21,9 +21,10 @@
  *   dh   op    [KP][VP]      gradient w.r.t. the state at the chunk end
  *   dD   op    [64][VP]      dL/dDelta
  *   dW   op    [64][KP]      dL/dW
- *   dKw  float [64][KP]      dL/dK_w through the output and the state write
+ *   dKw  op    [64][KP]      dL/dK_w through the output and the state write
  *   dGa  float [nkt][64]     per-row gate-gradient parts from the dq/dk kernel, per K tile
  *   dM   float [n*n]         split mode: this chunk-head's mask gradient
+ *   T    op    [64][64]      (I + A)^-1, saved by the backward's prep for the WY backward
  * "op" is the operand type of the tensor-core products: bf16 for bf16 inputs, float for f32. */
 #pragma once
 #include <stddef.h>
@@ -54,7 +55,7 @@ typedef struct GdpPlan {
     /* elements per chunk-head */
     int64_t sG, sW, sU, sP, sH, sD, sdGa, sdM;
     /* byte offsets into the workspace */
-    size_t o_seq, o_chunk, o_G, o_W, o_Kwd, o_U, o_P, o_h, o_D, o_dh, o_dD, o_dW, o_dKw, o_dGa, o_dM;
+    size_t o_seq, o_chunk, o_G, o_W, o_Kwd, o_U, o_P, o_h, o_D, o_dh, o_dD, o_dW, o_dKw, o_dGa, o_dM, o_T;
     size_t bytes_fwd, bytes_bwd;
 } GdpPlan;
 
@@ -99,8 +100,9 @@ static inline void gdp_plan_make(const GdpDesc *d, GdpPlan *p) {
     p->o_dh = o;    o = gdp_align256_(o + ob * CH * (size_t)p->sH);
     p->o_dD = o;    o = gdp_align256_(o + ob * CH * (size_t)p->sD);
     p->o_dW = o;    o = gdp_align256_(o + ob * CH * (size_t)p->sW);
-    p->o_dKw = o;   o = gdp_align256_(o + 4 * CH * (size_t)p->sW);
+    p->o_dKw = o;   o = gdp_align256_(o + ob * CH * (size_t)p->sW);
     p->o_dGa = o;   o = gdp_align256_(o + 4 * CH * (size_t)p->sdGa);
     p->o_dM = o;    o = gdp_align256_(o + 4 * CH * (size_t)(p->sdM > 0 ? p->sdM : 1));
+    p->o_T = o;     o = gdp_align256_(o + ob * CH * (size_t)(GDP_CHUNK * GDP_CHUNK));
     p->bytes_bwd = o;
 }

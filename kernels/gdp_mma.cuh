@@ -116,6 +116,64 @@ __device__ __forceinline__ void gemm(int M, int N, SMat<T> A1, SMat<T> B1, int K
     }
 }
 
+/* gemm() from zero with the result handed out in column pairs: epi2(r, c, v[c], v[c+1]), c even. */
+template <typename T, class Epi2>
+__device__ __forceinline__ void gemm_pairs(int M, int N, SMat<T> A, SMat<T> B, int K, Epi2 epi2) {
+    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, tq = lane & 3;
+    const int tn = N / 32, ntiles = (M / 16) * tn;
+    for (int tile = warp; tile < ntiles; tile += nw) {
+        const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 32;
+        float acc[4][4];
+#pragma unroll
+        for (int i = 0; i < 16; i++) acc[i >> 2][i & 3] = 0.f;
+        mma_loop(acc, A, B, K, m0, n0);
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+            epi2(m0 + g, n0 + nt * 8 + 2 * tq, acc[nt][0], acc[nt][1]);
+            epi2(m0 + g + 8, n0 + nt * 8 + 2 * tq, acc[nt][2], acc[nt][3]);
+        }
+    }
+}
+
+/* gemm() that also forms, in fp32, the row dots of the product (acc - init) with a weight wt(r,c):
+ * part[r * (N/32) + j] = sum over the 32 columns of column tile j (fixed order; sum the N/32
+ * parts of a row afterwards for a deterministic total). */
+template <typename T, class Init, class Epi, class Wt>
+__device__ __forceinline__ void gemm_rowdot(int M, int N, SMat<T> A, SMat<T> B, int K, Init init, Epi epi, Wt wt,
+                                            float *part) {
+    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, tq = lane & 3;
+    const int tn = N / 32, ntiles = (M / 16) * tn;
+    for (int tile = warp; tile < ntiles; tile += nw) {
+        const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 32;
+        float acc[4][4], a0[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) a0[nt][e] = acc[nt][e] = init(m0 + g + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1));
+        mma_loop(acc, A, B, K, m0, n0);
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = m0 + g + (e >> 1) * 8, c = n0 + nt * 8 + 2 * tq + (e & 1);
+                const float d = (acc[nt][e] - a0[nt][e]) * wt(r, c);
+                if (e < 2) s0 += d; else s1 += d;
+                epi(r, c, acc[nt][e]);
+            }
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        if (tq == 0) {
+            part[(m0 + g) * tn + tile % tn] = s0;
+            part[(m0 + g + 8) * tn + tile % tn] = s1;
+        }
+    }
+}
+
 template <typename T, class Init, class Epi>
 __device__ __forceinline__ void gemm(int M, int N, SMat<T> A, SMat<T> B, int K, Init init, Epi epi) {
     gemm(M, N, A, B, K, A, B, 0, init, epi);
@@ -286,10 +344,10 @@ template <class F> __device__ __forceinline__ void tile_each(float (&acc)[4][4],
         for (int e = 0; e < 4; e++) f(m0 + g + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1), acc[nt][e]);
 }
 
-/* fp32 shared rows -> rows of an output tensor (type T): rowp(r)[c0+x] = s[r][x] for x < cols,
+/* shared rows (fp32 or the operand type) -> rows of an output tensor (type T): rowp(r)[c0+x] = s[r][x] for x < cols,
  * c0+x < lim, rows with rowp(r) == NULL skipped; 8 elements per step, vector stores when vec. */
-template <typename T, class RowP>
-__device__ __forceinline__ void store_rows(const float *s, int lds, int rows, int cols, int c0, int lim, bool vec, RowP rowp) {
+template <typename T, class ST, class RowP>
+__device__ __forceinline__ void store_rows(const ST *s, int lds, int rows, int cols, int c0, int lim, bool vec, RowP rowp) {
     const int cpr = cols >> 3;
     for (int e = threadIdx.x; e < rows * cpr; e += blockDim.x) {
         const int r = e / cpr, x = (e - r * cpr) * 8;
@@ -298,12 +356,12 @@ __device__ __forceinline__ void store_rows(const float *s, int lds, int rows, in
         if (vec && c0 + x + 8 <= lim) {
             T out[8];
 #pragma unroll
-            for (int j = 0; j < 8; j++) out[j] = fromf<T>(s[r * lds + x + j]);
+            for (int j = 0; j < 8; j++) out[j] = fromf<T>(tof(s[r * lds + x + j]));
             *(uint4 *)(p + c0 + x) = *(const uint4 *)out;
             if (sizeof(T) == 4) *(uint4 *)(p + c0 + x + 4) = *(const uint4 *)(out + 4);
         } else {
             for (int j = 0; j < 8; j++)
-                if (c0 + x + j < lim) p[c0 + x + j] = fromf<T>(s[r * lds + x + j]);
+                if (c0 + x + j < lim) p[c0 + x + j] = fromf<T>(tof(s[r * lds + x + j]));
         }
     }
 }

@@ -37,6 +37,7 @@ ModelConfig model_config_default(void) {
     c.initializer_range = 0.02;
     c.mode = GDP_MODE_HOUSEHOLDER;
     c.num_labels = 0;
+    c.split_mask_trainable = true;
     return c;
 }
 
@@ -118,6 +119,7 @@ static const KeyDef keys[] = {
     {"initializer_range", K_DOUBLE, OFF(initializer_range), 0, 10},
     {"mode", K_MODE, OFF(mode), 0, 0},
     {"num_labels", K_INT, OFF(num_labels), 0, 1 << 24},
+    {"split_mask_trainable", K_BOOL, OFF(split_mask_trainable), 0, 0},
     {"tokenizer", K_STR, OFF(tokenizer), 0, 0},
 };
 
@@ -168,7 +170,7 @@ bool model_config_set(ModelConfig *c, const char *key, const char *value, char *
     snprintf(err, err_len, "unknown model config key '%s' (keys: hidden_size, num_hidden_layers, num_heads, head_dim, "
              "expand_v, num_householder, use_forget_gate, allow_neg_eigval, use_short_conv, conv_size, "
              "use_output_gate, hidden_ratio, intermediate_size, vocab_size, norm_eps, tie_word_embeddings, "
-             "initializer_range, mode, num_labels, tokenizer, preset)", key);
+             "initializer_range, mode, num_labels, split_mask_trainable, tokenizer, preset)", key);
     return false;
 }
 
@@ -298,7 +300,7 @@ static int64_t layer_params(const ModelConfig *c) {
     if (c->use_forget_gate) p += H * D + 2 * H; /* a_proj, A_log, dt_bias */
     if (c->use_output_gate) p += vd * D;     /* g_proj */
     if (c->use_short_conv) p += W * (kd + s * kd + s * vd);
-    if (c->mode == GDP_MODE_SPLIT) p += H * c->num_householder * c->num_householder; /* mask */
+    if (c->mode == GDP_MODE_SPLIT && c->split_mask_trainable) p += H * c->num_householder * c->num_householder; /* mask */
     p += cfg_head_v_dim(c);                  /* o_norm */
     p += vd * D;                             /* o_proj */
     p += D;                                  /* mlp_norm */

@@ -1,6 +1,7 @@
 /* The model configuration: fla's GatedDeltaProductConfig names (so a config.json maps key for
- * key), plus `mode` (householder | split) and `num_labels` (a per-position classification head
- * instead of the LM head). Read from a `key = value` file, from `key=value` overrides, or from a
+ * key), plus `mode` (householder | split), `num_labels` (a per-position classification head
+ * instead of the LM head) and `split_mask_trainable` (split mode: false freezes the mask at the
+ * identity, as a constant instead of a parameter). Read from a `key = value` file, from `key=value` overrides, or from a
  * preset (tiny, small, base); written back in the same text form into checkpoints. */
 #pragma once
 #include <stdbool.h>
@@ -30,6 +31,7 @@ typedef struct ModelConfig {
     double initializer_range;
     GdpMode mode;
     int num_labels;        /* > 0: classification head "classifier.weight" [num_labels, hidden] */
+    bool split_mask_trainable; /* split mode: the mask is a parameter (default); false: a frozen identity */
     char tokenizer[MODEL_PATH_LEN]; /* tokenizer file the data was prepared with ("" = bytes) */
 } ModelConfig;
 

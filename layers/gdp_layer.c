@@ -52,7 +52,16 @@ void gdp_layer_new(GdpLayer *l, ParamMaker *pm, const ModelConfig *c, const char
         static const int r_values[17] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
         snprintf(name, sizeof name, "%s.mask", prefix);
         int r = c->num_householder;
-        l->mask = pm_param_custom(pm, name, SHAPE(H, r, r), false, init_identity_mask, &r_values[r]);
+        if (c->split_mask_trainable) {
+            l->mask = pm_param_custom(pm, name, SHAPE(H, r, r), false, init_identity_mask, &r_values[r]);
+        } else {
+            /* A frozen identity: a constant on the context, no parameter, no gradient. */
+            double *eye = (double *)xcalloc((size_t)(H * r * r), sizeof(double));
+            for (int64_t i = 0; i < H * r * r; i++) eye[i] = (i % (r * r)) / r == (i % (r * r)) % r ? 1.0 : 0.0;
+            l->mask = tensor_from_doubles(pm->ctx, LIFE_PERSIST, pm->dtype, SHAPE(H, r, r), eye);
+            free(eye);
+            snprintf(l->mask->name, sizeof l->mask->name, "%.60s (frozen)", name);
+        }
     }
     if (c->use_output_gate) l->g_proj = proj(pm, prefix, "g_proj", D, vd, std);
     snprintf(name, sizeof name, "%s.o_norm.weight", prefix);

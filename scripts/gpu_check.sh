@@ -53,6 +53,9 @@ for grp in stages vectors random deterministic error_paths; do
     grep -E "^--|FAIL|passed|error|  " "$LOGS/test_$grp.log" | cut -c1-200 | head -50
     note "test_gpu_gdp $grp: rc=$r, $(tail -1 "$LOGS/test_$grp.log") ($(( $(date +%s) - T1 )) s)"
 done
+GDP_UNFUSED_OUTPUT=1 timeout 100 $TEST vectors > "$LOGS/test_zunfused.log" 2>&1
+r=$?; [ $r -ne 0 ] && rc=$r
+note "test_gpu_gdp vectors, unfused output kernel: rc=$r, $(tail -1 "$LOGS/test_zunfused.log")"
 cat "$LOGS"/test_*.log > "$OUT/test.log"
 [ "$MODE" = quick ] && { printf '%s\n' "${summary[@]}"; exit $rc; }
 
@@ -73,6 +76,15 @@ if command -v compute-sanitizer > /dev/null; then
     done
 else
     note "compute-sanitizer not found"
+fi
+
+# ---- hardware counters for the heaviest kernels (optional: GDP_NCU=1)
+if [ "${GDP_NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
+    T4=$(date +%s)
+    S="--section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis"
+    { timeout 120 ncu --clock-control none -k regex:'k_dh|k_bwd_a|k_bwd_b_hh' -c 3 $S $GDP bench op --n 2 --iters 1 --warmup 0
+      timeout 60 ncu --clock-control none -k regex:'k_prep2' -c 1 $S $GDP bench op --n 2 --iters 1 --warmup 0; } > "$OUT/ncu.log" 2>&1
+    note "ncu: rc=$? ($(( $(date +%s) - T4 )) s)"
 fi
 
 echo

@@ -1,9 +1,11 @@
 /* gdp eval: the mean loss of a checkpoint on a data split, its perplexity and bits per byte. */
+#include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/common.h"
+#include "core/ctx.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "layers/model.h"
@@ -20,6 +22,7 @@ static const CliOpt eval_opts[] = {
     {"batch", 'b', "B", "sequences per batch (default 8)"},
     {"seq", 't', "T", "tokens per sequence (default 256)"},
     {"device", 'd', "DEV", "cpu (default), cuda or auto"},
+    {"dump-logits", 0, "FILE.h5", "also write the first batch (input_ids, targets, logits) to an HDF5 file"},
 };
 static const CliCommand eval_cmd = {
     "eval", "gdp eval --checkpoint PATH --data PATH [--split val|train] [options]",
@@ -28,7 +31,7 @@ static const CliCommand eval_cmd = {
     eval_opts, (int)GDP_ARRAY_LEN(eval_opts)};
 
 typedef struct EvalArgs {
-    const char *checkpoint, *data, *device;
+    const char *checkpoint, *data, *device, *dump_logits;
     DataSplit split;
     double val_fraction;
     int64_t batches;
@@ -40,6 +43,7 @@ static void on_opt(const CliOpt *o, const char *v, void *user) {
     const char *n = o->name;
     if (!strcmp(n, "checkpoint")) a->checkpoint = v;
     else if (!strcmp(n, "data")) a->data = v;
+    else if (!strcmp(n, "dump-logits")) a->dump_logits = v;
     else if (!strcmp(n, "split")) {
         if (!strcmp(v, "val")) a->split = SPLIT_VAL;
         else if (!strcmp(v, "train")) a->split = SPLIT_TRAIN;
@@ -55,8 +59,48 @@ static void on_opt(const CliOpt *o, const char *v, void *user) {
     }
 }
 
+#define H5D(path, call) h5_dump_check((call) >= 0, path, #call)
+static void h5_dump_check(bool ok, const char *path, const char *call) {
+    if (!ok) gdp_fatal("--dump-logits: writing '%s' failed in %s (is the folder writable, the disk full?)", path, call);
+}
+
+static void dump_dataset(const char *path, hid_t f, const char *name, hid_t file_type, hid_t mem_type, int ndim,
+                         const int64_t *shape, const void *data) {
+    hsize_t dims[3];
+    for (int i = 0; i < ndim; i++) dims[i] = (hsize_t)shape[i];
+    hid_t sp = H5Screate_simple(ndim, dims, NULL);
+    H5D(path, sp);
+    hid_t ds = H5Dcreate2(f, name, file_type, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5D(path, ds);
+    H5D(path, H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+    H5D(path, H5Dclose(ds));
+    H5D(path, H5Sclose(sp));
+}
+
+/* --dump-logits: one forward of the batch `in`; /input_ids and /targets int32 [B,T] and /logits
+ * float32 [B,T,V] (whatever the model's dtype) into a new HDF5 file, for comparisons with other
+ * implementations. */
+static void dump_logits(const char *path, Model *m, const int32_t *in, const int32_t *tg, int64_t B, int64_t T) {
+    Tensor *ids = tensor_from_host(m->ctx, LIFE_ACT, GDP_I32, SHAPE(B, T), in);
+    Tensor *logits = model_forward(m, ids);
+    double *d = (double *)xmalloc((size_t)logits->numel * sizeof(double));
+    tensor_to_doubles(logits, d);
+    float *fl = (float *)xmalloc((size_t)logits->numel * sizeof(float));
+    for (int64_t i = 0; i < logits->numel; i++) fl[i] = (float)d[i];
+    free(d);
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) gdp_fatal("--dump-logits: cannot create '%s' (does the folder exist and is it writable?)", path);
+    dump_dataset(path, f, "input_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, 2, (const int64_t[]){B, T}, in);
+    dump_dataset(path, f, "targets", H5T_STD_I32LE, H5T_NATIVE_INT32, 2, (const int64_t[]){B, T}, tg);
+    dump_dataset(path, f, "logits", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3,
+                 (const int64_t[]){B, T, logits->shape[2]}, fl);
+    H5D(path, H5Fclose(f));
+    free(fl);
+    ctx_step_reset(m->ctx);
+}
+
 int cmd_eval(int argc, char **argv) {
-    EvalArgs a = {NULL, NULL, "cpu", SPLIT_VAL, LOADER_DEFAULT_VAL_FRACTION, 0, 8, 256};
+    EvalArgs a = {NULL, NULL, "cpu", NULL, SPLIT_VAL, LOADER_DEFAULT_VAL_FRACTION, 0, 8, 256};
     char *pos[1];
     cli_parse(&eval_cmd, argc, argv, on_opt, &a, pos, 0);
     if (!a.checkpoint) cli_usage_error(&eval_cmd, "--checkpoint is required");
@@ -90,6 +134,7 @@ int cmd_eval(int argc, char **argv) {
     double t0 = gdp_now_seconds();
     for (int64_t i = 0; i < n; i++) {
         loader_next_batch(l, in, tg);
+        if (i == 0 && a.dump_logits) dump_logits(a.dump_logits, &m, in, tg, a.batch, a.seq);
         Tensor *loss = model_loss_host(&m, in, tg, a.batch, a.seq);
         double v;
         tensor_to_doubles(loss, &v);
@@ -110,6 +155,7 @@ int cmd_eval(int argc, char **argv) {
     printf("loss %.6f | perplexity %.4f", loss, exp(loss));
     if (tok && bytes > 0) printf(" | bits per byte %.6f", nats / log(2.0) / bytes);
     printf("\n");
+    if (a.dump_logits) printf("logits of the first batch written to %s\n", a.dump_logits);
     if (tok) tokenizer_free(tok);
     free(in), free(tg), free(ckpt);
     loader_close(l);

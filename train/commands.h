@@ -8,6 +8,7 @@ int cmd_prepare(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_tasks(int argc, char **argv);
 
 typedef struct SubCommand {
     const char *name;

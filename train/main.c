@@ -12,6 +12,7 @@ static const SubCommand commands[] = {
     {"train", cmd_train, "train a Gated DeltaProduct language model (AdamW, checkpoints, exact resume)"},
     {"generate", cmd_generate, "continue a prompt from a checkpoint (recurrent decoding on the cpu)"},
     {"eval", cmd_eval, "loss, perplexity and bits per byte of a checkpoint on a data split"},
+    {"tasks", cmd_tasks, "state tracking: train and test on group word problems (S3, S4, A5, S5, parity)"},
     {"bench", cmd_bench, "time the Gated DeltaProduct op on CUDA (forward, forward+backward, TFLOP/s)"},
 };
 

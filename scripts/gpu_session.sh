@@ -1,0 +1,31 @@
+#!/bin/bash
+# One device call for everything that needs the GPU machine: build, make test-gpu, the vectors on
+# CUDA, a short `small` training run on the GPU (tokens/s), a `base` step-time probe, the Python
+# checks (fla export, ctypes), compute-sanitizer on the op tests. Logs under $OUT, a table last.
+# Needs in carry: .carry (test vectors, fla) and data_cache/gcide (gcide.dict.dz).
+set -u
+export PATH=$PATH:/usr/local/cuda/bin OMP_WAIT_POLICY=passive NCCL_NVLS_ENABLE=0
+OUT=${OUT:-/tmp/gdp_gpu_session}; mkdir -p "$OUT"
+T0=$(date +%s); rows=()
+row() { rows+=("$1"); echo "== $1"; }
+run() { # run NAME TIMEOUT cmd...
+    local name=$1 to=$2; shift 2; local t=$(date +%s)
+    timeout "$to" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+    row "$(printf '%-22s rc=%-3s %4ss  %s' "$name" "$rc" "$(( $(date +%s) - t ))" "$(grep -E 'passed|failed|PASS|FAIL|checks' "$OUT/$name.log" | tail -1 | cut -c1-110)")"
+    return $rc
+}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+run build 300 make -j16 all build/tests/gpu/test_gpu_ops build/tests/gpu/test_gpu_gdp build/tests/gpu/test_gpu_train_infra || { tail -30 "$OUT/build.log"; }
+run test-gpu 240 make test-gpu
+run vectors-f32 60 build/gdp vectors .carry/testdata/gdp_vectors.h5 --device cuda --dtype f32
+run vectors-bf16 60 build/gdp vectors .carry/testdata/gdp_vectors.h5 --device cuda --dtype bf16
+run prepare 60 build/gdp prepare --input data_cache/gcide/gcide.dict.dz --out /tmp/gcide --vocab 4096
+run train-small 150 build/gdp train --preset small --device cuda --data /tmp/gcide --steps 300 --stop-at 120 --batch 16 --seq 512 --lr 1e-3 --eval-every 60 --print-every 20 --out "$OUT/small"
+grep -E "^step|done|model:" "$OUT/train-small.log" | tail -6
+run gen-small 30 build/gdp generate --checkpoint "$OUT/small" --prompt "Water, n. " --tokens 60
+run py-checks 200 sh scripts/gpu_python_checks.sh
+run train-base 120 build/gdp train --preset base --device cuda --data /tmp/gcide --steps 8 --batch 8 --seq 2048 --eval-every 0 --print-every 1
+grep -E "^step|done|model:" "$OUT/train-base.log" | tail -4
+run memcheck-ops 150 compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/gpu/test_gpu_ops
+rm -rf "$OUT/small"/ckpt_* 2>/dev/null
+echo; cat "$OUT/gpu.txt"; printf '%s\n' "${rows[@]}"; echo "total $(( $(date +%s) - T0 )) s"
