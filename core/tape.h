@@ -26,6 +26,8 @@ typedef struct OpDef {
     Tensor *(*gradcheck_case)(struct Ctx *ctx, DType dt, uint64_t seed);
     /* Bound on the relative error of the check for float64 (0 = the default 1e-6). */
     double gradcheck_tol;
+    /* Bound for CUDA bf16 against CPU float64 (0 = the default 1e-2). */
+    double bf16_tol;
 } OpDef;
 
 typedef union Attr {

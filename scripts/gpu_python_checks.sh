@@ -3,8 +3,8 @@
 # with CUDA (gdp and libgdp.so) and fla's checkout in .carry/fla:
 #   1. scripts/export_hf.py: two tiny models trained with gdp on the CPU (A: the tiny preset, tied;
 #      B: untied, n_h 3, no gate, no output gate, no short convs, expand_v 2), exported, loaded into
-#      fla's GatedDeltaProductForCausalLM on cuda in fp32 and bf16; logits vs gdp's own CPU fp32
-#      logits of the same token ids (gdp eval --dump-logits): rel L2 <= 1e-3 (fp32), 2e-2 (bf16);
+#      fla's GatedDeltaProductForCausalLM on cuda in bf16 (fla refuses fp32); logits vs gdp's own
+#      CPU fp32 logits of the same token ids (gdp eval --dump-logits): rel L2 <= 2e-2;
 #      and transformers' from_pretrained gives the same model.
 #   2. scripts/gdp_ctypes.py: libgdp.so through ctypes on torch tensors, bf16 CUDA vs the float64
 #      CPU path (o, ht and every gradient through the autograd wrapper): rel L2 <= 2e-2.
@@ -60,20 +60,25 @@ prepare A 128 >"$TMP/out_A" &
 prepare B 100 --set tie_word_embeddings=false --set num_householder=3 --set use_forget_gate=false \
     --set allow_neg_eigval=false --set use_output_gate=false --set use_short_conv=false --set expand_v=2 \
     --set intermediate_size=0 >"$TMP/out_B" &
+# C and D each change one thing of A (n_h 3; no gate and no negative eigenvalues), to place a
+# disagreement of B's on one feature.
+prepare C 128 --set num_householder=3 >"$TMP/out_C" &
+prepare D 128 --set use_forget_gate=false --set allow_neg_eigval=false >"$TMP/out_D" &
 wait
 
 # ---- 2. the ctypes module, alongside the four fla runs
 pycheck gdp_ctypes "$PY" scripts/gdp_ctypes.py >"$TMP/out_ctypes" &
-for name in A B; do
+for name in A B C D; do
     [ -s "$TMP/${name}_hf/model.safetensors" ] || continue
-    for dt in fp32 bf16; do
+    # bf16 only: fla's chunk_gated_delta_product asserts "does not support float32" (seen on the H200).
+    for dt in bf16; do
         pycheck "fla_$name$dt" "$PY" scripts/check_fla_export.py "$TMP/${name}_hf" "$TMP/$name.h5" "$name" "$dt" \
             >"$TMP/out_fla_$name$dt" &
     done
 done
 wait
 
-cat "$TMP"/out_0 "$TMP"/out_A "$TMP"/out_B "$TMP"/out_fla_* "$TMP"/out_ctypes 2>/dev/null | tee "$TMP/all.log"
+cat "$TMP"/out_0 "$TMP"/out_A "$TMP"/out_B "$TMP"/out_C "$TMP"/out_D "$TMP"/out_fla_* "$TMP"/out_ctypes 2>/dev/null | tee "$TMP/all.log"
 passed=$(grep -c '^PASS:' "$TMP/all.log")
 failed=$(grep -c '^FAIL:' "$TMP/all.log")
 echo "gpu python checks: $passed passed, $failed failed ($(($(date +%s) - T0)) s)"

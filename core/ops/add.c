@@ -43,7 +43,7 @@ static Tensor *add_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_add(ctx, a, b);
 }
 
-const OpDef op_add_def = {"add", add_forward, add_backward, add_case, 0};
+const OpDef op_add_def = {"add", add_forward, add_backward, add_case, 0, 0};
 
 Tensor *op_add(Ctx *ctx, Tensor *a, Tensor *b) {
     op_check_float("add", "a", a, ctx->device);

@@ -31,7 +31,7 @@ static Tensor *cast_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_cast(ctx, a, dt == GDP_BF16 ? GDP_F32 : dt);
 }
 
-const OpDef op_cast_def = {"cast", cast_forward, cast_backward, cast_case, 0};
+const OpDef op_cast_def = {"cast", cast_forward, cast_backward, cast_case, 0, 0};
 
 Tensor *op_cast(Ctx *ctx, Tensor *a, DType dt) {
     char d[TENSOR_DESC_LEN];

@@ -46,7 +46,7 @@ static Tensor *conv1d_causal_case(Ctx *ctx, DType dt, uint64_t seed) {
 }
 
 const OpDef op_conv1d_causal_def = {"conv1d_causal", conv1d_causal_forward, conv1d_causal_backward,
-                                    conv1d_causal_case, 0};
+                                    conv1d_causal_case, 0, 0};
 
 Tensor *op_conv1d_causal(Ctx *ctx, Tensor *x, Tensor *w) {
     char dx[TENSOR_DESC_LEN], dw[TENSOR_DESC_LEN];

@@ -48,7 +48,7 @@ static Tensor *contiguous_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_contiguous(ctx, op_transpose(ctx, x, 0, 2));
 }
 
-const OpDef op_contiguous_def = {"contiguous", contiguous_forward, contiguous_backward, contiguous_case, 0};
+const OpDef op_contiguous_def = {"contiguous", contiguous_forward, contiguous_backward, contiguous_case, 0, 0};
 
 Tensor *op_contiguous(Ctx *ctx, Tensor *x) {
     op_check_not_null("contiguous", "x", x);

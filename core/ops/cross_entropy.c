@@ -64,7 +64,7 @@ static Tensor *ce_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_cross_entropy(ctx, x, targets);
 }
 
-const OpDef op_cross_entropy_def = {"cross_entropy", ce_forward, ce_backward, ce_case, 0};
+const OpDef op_cross_entropy_def = {"cross_entropy", ce_forward, ce_backward, ce_case, 0, 0};
 
 Tensor *op_cross_entropy(Ctx *ctx, Tensor *logits, const Tensor *targets) {
     char dl[TENSOR_DESC_LEN], dt[TENSOR_DESC_LEN];

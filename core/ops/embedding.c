@@ -69,7 +69,7 @@ static Tensor *embedding_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_embedding(ctx, w, ids);
 }
 
-const OpDef op_embedding_def = {"embedding", embedding_forward, embedding_backward, embedding_case, 0};
+const OpDef op_embedding_def = {"embedding", embedding_forward, embedding_backward, embedding_case, 0, 0};
 
 Tensor *op_embedding(Ctx *ctx, Tensor *weight, const Tensor *ids) {
     char dw[TENSOR_DESC_LEN], di[TENSOR_DESC_LEN];

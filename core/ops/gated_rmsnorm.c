@@ -58,7 +58,7 @@ static Tensor *gated_rmsnorm_case(Ctx *ctx, DType dt, uint64_t seed) {
 }
 
 const OpDef op_gated_rmsnorm_def = {"gated_rmsnorm", gated_rmsnorm_forward, gated_rmsnorm_backward,
-                                    gated_rmsnorm_case, 0};
+                                    gated_rmsnorm_case, 0, 0};
 
 Tensor *op_gated_rmsnorm(Ctx *ctx, Tensor *o, Tensor *z, Tensor *w, double eps) {
     char d0[TENSOR_DESC_LEN], d1[TENSOR_DESC_LEN];

@@ -34,7 +34,7 @@ static Tensor *l2norm_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_l2norm(ctx, x, 8, 1e-6);
 }
 
-const OpDef op_l2norm_def = {"l2norm", l2norm_forward, l2norm_backward, l2norm_case, 0};
+const OpDef op_l2norm_def = {"l2norm", l2norm_forward, l2norm_backward, l2norm_case, 0, 0};
 
 Tensor *op_l2norm(Ctx *ctx, Tensor *x, int64_t group, double eps) {
     char d[TENSOR_DESC_LEN];

@@ -104,11 +104,11 @@ static Tensor *matmul_shared_ta_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_matmul(ctx, op_matmul(ctx, x, w1, true, false), w2, true, true); /* [2,5,2] */
 }
 
-const OpDef op_matmul_def = {"matmul", matmul_forward, matmul_backward, matmul_case, 0};
+const OpDef op_matmul_def = {"matmul", matmul_forward, matmul_backward, matmul_case, 0, 0};
 /* Extra registry entries: the same op, other gradcheck cases. */
-const OpDef op_matmul_tt_def = {"matmul_tt", matmul_forward, matmul_backward, matmul_tt_case, 0};
-const OpDef op_matmul_shared_def = {"matmul_shared", matmul_forward, matmul_backward, matmul_shared_case, 0};
-const OpDef op_matmul_shared_ta_def = {"matmul_shared_ta", matmul_forward, matmul_backward, matmul_shared_ta_case, 0};
+const OpDef op_matmul_tt_def = {"matmul_tt", matmul_forward, matmul_backward, matmul_tt_case, 0, 0};
+const OpDef op_matmul_shared_def = {"matmul_shared", matmul_forward, matmul_backward, matmul_shared_case, 0, 0};
+const OpDef op_matmul_shared_ta_def = {"matmul_shared_ta", matmul_forward, matmul_backward, matmul_shared_ta_case, 0, 0};
 
 Tensor *op_matmul(Ctx *ctx, Tensor *a, Tensor *b, bool trans_a, bool trans_b) {
     char da[TENSOR_DESC_LEN], db[TENSOR_DESC_LEN];

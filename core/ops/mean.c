@@ -41,7 +41,7 @@ static Tensor *mean_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_mean(ctx, x);
 }
 
-const OpDef op_mean_def = {"mean", mean_forward, mean_backward, mean_case, 0};
+const OpDef op_mean_def = {"mean", mean_forward, mean_backward, mean_case, 0, 0};
 
 Tensor *op_mean(Ctx *ctx, Tensor *x) {
     char d[TENSOR_DESC_LEN];

@@ -51,7 +51,7 @@ static Tensor *mul_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_mul(ctx, op_mul(ctx, a, b), c);
 }
 
-const OpDef op_mul_def = {"mul", mul_forward, mul_backward, mul_case, 0};
+const OpDef op_mul_def = {"mul", mul_forward, mul_backward, mul_case, 0, 0};
 
 Tensor *op_mul(Ctx *ctx, Tensor *a, Tensor *b) {
     op_check_float("mul", "a", a, ctx->device);

@@ -50,10 +50,10 @@ static Tensor *exp_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_exp(ctx, gc_random(ctx, dt, &seed, -2, 2, SHAPE(3, 2, 7)));
 }
 
-const OpDef op_silu_def = {"silu", pointwise_forward, pointwise_backward, silu_case, 0};
-const OpDef op_sigmoid_def = {"sigmoid", pointwise_forward, pointwise_backward, sigmoid_case, 0};
-const OpDef op_softplus_def = {"softplus", pointwise_forward, pointwise_backward, softplus_case, 0};
-const OpDef op_exp_def = {"exp", pointwise_forward, pointwise_backward, exp_case, 0};
+const OpDef op_silu_def = {"silu", pointwise_forward, pointwise_backward, silu_case, 0, 0};
+const OpDef op_sigmoid_def = {"sigmoid", pointwise_forward, pointwise_backward, sigmoid_case, 0, 0};
+const OpDef op_softplus_def = {"softplus", pointwise_forward, pointwise_backward, softplus_case, 0, 0};
+const OpDef op_exp_def = {"exp", pointwise_forward, pointwise_backward, exp_case, 0, 0};
 
 Tensor *op_silu(Ctx *ctx, Tensor *x) { return pointwise_run(ctx, &op_silu_def, PW_SILU, x); }
 Tensor *op_sigmoid(Ctx *ctx, Tensor *x) { return pointwise_run(ctx, &op_sigmoid_def, PW_SIGMOID, x); }

@@ -52,7 +52,7 @@ static Tensor *rmsnorm_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_rmsnorm(ctx, x, w, 1e-5);
 }
 
-const OpDef op_rmsnorm_def = {"rmsnorm", rmsnorm_forward, rmsnorm_backward, rmsnorm_case, 0};
+const OpDef op_rmsnorm_def = {"rmsnorm", rmsnorm_forward, rmsnorm_backward, rmsnorm_case, 0, 0};
 
 Tensor *op_rmsnorm(Ctx *ctx, Tensor *x, Tensor *weight, double eps) {
     char dx[TENSOR_DESC_LEN], dw[TENSOR_DESC_LEN];

@@ -29,7 +29,7 @@ static Tensor *scale_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_scale(ctx, a, -0.75);
 }
 
-const OpDef op_scale_def = {"scale", scale_forward, scale_backward, scale_case, 0};
+const OpDef op_scale_def = {"scale", scale_forward, scale_backward, scale_case, 0, 0};
 
 Tensor *op_scale(Ctx *ctx, Tensor *a, double alpha) {
     op_check_float("scale", "a", a, ctx->device);

@@ -40,7 +40,7 @@ static Tensor *sum_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_sum(ctx, x);
 }
 
-const OpDef op_sum_def = {"sum", sum_forward, sum_backward, sum_case, 0};
+const OpDef op_sum_def = {"sum", sum_forward, sum_backward, sum_case, 0, 0};
 
 Tensor *op_sum(Ctx *ctx, Tensor *x) {
     op_check_float("sum", "x", x, ctx->device);

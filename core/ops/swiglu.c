@@ -32,7 +32,7 @@ static Tensor *swiglu_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_swiglu(ctx, a, b);
 }
 
-const OpDef op_swiglu_def = {"swiglu", swiglu_forward, swiglu_backward, swiglu_case, 0};
+const OpDef op_swiglu_def = {"swiglu", swiglu_forward, swiglu_backward, swiglu_case, 0, 0};
 
 Tensor *op_swiglu(Ctx *ctx, Tensor *a, Tensor *b) {
     char da[TENSOR_DESC_LEN], db[TENSOR_DESC_LEN];

@@ -14,7 +14,7 @@ static Tensor *reshape_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_reshape(ctx, x, SHAPE(3, 4));
 }
 
-const OpDef op_reshape_def = {"reshape", view_forward, reshape_backward, reshape_case, 0};
+const OpDef op_reshape_def = {"reshape", view_forward, reshape_backward, reshape_case, 0, 0};
 
 Tensor *op_reshape(Ctx *ctx, Tensor *x, int ndim, const int64_t *shape) {
     char d[TENSOR_DESC_LEN];
@@ -51,7 +51,7 @@ static Tensor *transpose_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_contiguous(ctx, op_transpose(ctx, x, 1, 2));
 }
 
-const OpDef op_transpose_def = {"transpose", view_forward, transpose_backward, transpose_case, 0};
+const OpDef op_transpose_def = {"transpose", view_forward, transpose_backward, transpose_case, 0, 0};
 
 Tensor *op_transpose(Ctx *ctx, Tensor *x, int d0, int d1) {
     char d[TENSOR_DESC_LEN];

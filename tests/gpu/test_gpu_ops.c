@@ -15,7 +15,9 @@ GPU_TEST(every_op_matches_cpu_f64) {
             GradcheckResult r32 = gradcheck_vs_cpu(registry_case, (void *)def, seed, DEV_CUDA, GDP_F32);
             GradcheckResult r16 = gradcheck_vs_cpu(registry_case, (void *)def, seed, DEV_CUDA, GDP_BF16);
             GPU_EXPECT(r32.worst <= 1e-4, "%s f32 seed %llu: worst rel err %.3e", def->name, (unsigned long long)seed, r32.worst);
-            GPU_EXPECT(r16.worst <= 1e-2, "%s bf16 seed %llu: worst rel err %.3e", def->name, (unsigned long long)seed, r16.worst);
+            double b16 = def->bf16_tol > 0 ? def->bf16_tol : 1e-2;
+            GPU_EXPECT(r16.worst <= b16, "%s bf16 seed %llu: worst rel err %.3e > %.0e", def->name, (unsigned long long)seed,
+                       r16.worst, b16);
         }
     }
 }

@@ -112,10 +112,19 @@ GPU_TEST(adamw_matches_cpu_with_decay_clip_and_shard) {
         memcpy(init, fresh.flat_params, (size_t)pc.total * sizeof(float));
         params_free_store(&fresh);
     }
-    double worst = 0;
-    for (int64_t i = 0; i < pc.total; i++)
-        worst = fmax(worst, fabs((double)hp[i] - pc.flat_params[i]) / (1e-6 + fabs((double)pc.flat_params[i])));
-    GPU_EXPECT(worst <= 1e-5, "CUDA AdamW differs from CPU by %.3e (relative)", worst);
+    /* Elementwise relative error is meaningless for parameters that crossed zero; judge the
+     * whole buffer (relative L2) and the largest absolute difference against the update size
+     * (4 steps of lr <= 4e-3: a wrong formula moves parameters by ~1e-3, rounding by ~1e-9). */
+    double num = 0, den = 0, worst_abs = 0;
+    for (int64_t i = 0; i < pc.total; i++) {
+        double d = (double)hp[i] - pc.flat_params[i];
+        num += d * d, den += (double)pc.flat_params[i] * pc.flat_params[i];
+        worst_abs = fmax(worst_abs, fabs(d));
+    }
+    double rel = sqrt(num / fmax(den, 1e-300));
+    GPU_EXPECT(rel <= 1e-6 && worst_abs <= 1e-7, "CUDA AdamW differs from CPU: rel L2 %.3e, max abs %.3e", rel,
+               worst_abs);
+    printf("   AdamW cuda vs cpu: rel L2 %.3e, max abs diff %.3e\n", rel, worst_abs);
     int outside = 0, inside = 0;
     for (int64_t i = 0; i < psh.total; i++) {
         if (i < s0 || i >= s1) outside += hs[i] != init[i];
