@@ -94,7 +94,7 @@ test-gpu: $(BUILD)/gdp $(GPU_TEST_BIN)
 	@BUILD=$(BUILD) sh tests/run_gpu.sh $(GPU_TEST_BIN)
 
 test-asan:
-	$(MAKE) BUILD=build-asan NO_CUDA=1 EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	+$(MAKE) BUILD=build-asan NO_CUDA=1 EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" test
 
 test-dist: $(BUILD)/gdp $(BUILD)/tests/test_dist_mpi
@@ -102,7 +102,7 @@ test-dist: $(BUILD)/gdp $(BUILD)/tests/test_dist_mpi
 
 # Everything CI runs: the CPU tests, the same tests under ASan+UBSan, and the 2-rank MPI tests.
 test-all: test test-dist
-	$(MAKE) test-asan
+	+$(MAKE) test-asan
 
 clean:
 	rm -rf $(BUILD) build-asan

@@ -47,3 +47,13 @@ Tensor *gc_random(Ctx *ctx, DType dt, uint64_t *seed, double lo, double hi, int 
     t->requires_grad = true;
     return t;
 }
+
+int64_t op_broadcast_outer(const char *op, const Tensor *a, const Tensor *b) {
+    char da[TENSOR_DESC_LEN], db[TENSOR_DESC_LEN];
+    bool ok = b->ndim <= a->ndim;
+    for (int i = 0; ok && i < b->ndim; i++) ok = b->shape[b->ndim - 1 - i] == a->shape[a->ndim - 1 - i];
+    if (!ok)
+        gdp_fatal("op '%s': cannot broadcast %s over %s: the second shape must equal the first's trailing dims", op,
+                  tensor_describe(b, db, sizeof db), tensor_describe(a, da, sizeof da));
+    return b->numel ? a->numel / b->numel : 0;
+}

@@ -11,6 +11,9 @@ void op_check_not_null(const char *op, const char *arg, const Tensor *t);
 void op_check_float(const char *op, const char *arg, const Tensor *t, Device dev);
 void op_check_contiguous(const char *op, const char *arg, const Tensor *t);
 void op_check_same_dtype(const char *op, const Tensor *a, const Tensor *b);
+/* For ops that broadcast b over a: b's shape must equal a's trailing dims (fatal error naming the
+ * op and both shapes otherwise); returns the product of a's other (leading) dims. */
+int64_t op_broadcast_outer(const char *op, const Tensor *a, const Tensor *b);
 /* A new contiguous activation tensor with x's dtype and the given shape. */
 Tensor *op_new_out(Ctx *ctx, const Tensor *like, int ndim, const int64_t *shape);
 /* Fills a node's in/out arrays (NULL-terminated lists are not used: counts are explicit). */

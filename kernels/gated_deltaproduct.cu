@@ -1589,11 +1589,6 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
 } // namespace gdp
 
 /* ---------------------------------------------------------------- public API */
-#define NEED(ptr, name)                                                                                       \
-    do {                                                                                                      \
-        if (!(ptr)) return gdp_fail(GDP_ERR_INVALID, "%s: '%s' is NULL; it is required", who, name);         \
-    } while (0)
-
 extern "C" size_t gdp_forward_workspace_bytes(const GdpDesc *desc) {
     if (gdp_validate(desc) != GDP_OK) return 0;
     GdpPlan pl;
@@ -1613,15 +1608,8 @@ extern "C" GdpStatus gdp_forward_cuda(const GdpDesc *desc, const GdpForwardArgs 
     const char *who = "gdp_forward_cuda";
     GdpStatus s = gdp::check_common(who, desc);
     if (s != GDP_OK) return s;
-    NEED(args, "args");
-    NEED(args->q, "q");
-    NEED(args->k, "k");
-    NEED(args->v, "v");
-    NEED(args->beta, "beta");
-    NEED(args->o, "o");
-    if (desc->mode == GDP_MODE_SPLIT) NEED(args->mask, "mask (split mode)");
-    if (desc->mode == GDP_MODE_HOUSEHOLDER && args->mask)
-        return gdp_fail(GDP_ERR_INVALID, "%s: householder mode takes no mask; pass mask = NULL", who);
+    s = gdp_check_forward_args(who, desc, args);
+    if (s != GDP_OK) return s;
     const size_t need = gdp_forward_workspace_bytes(desc);
     if (!workspace || workspace_bytes < need)
         return gdp_fail(GDP_ERR_WORKSPACE, "%s: the workspace has %zu bytes, %zu are needed (gdp_forward_workspace_bytes)",
@@ -1637,19 +1625,8 @@ extern "C" GdpStatus gdp_backward_cuda(const GdpDesc *desc, const GdpBackwardArg
     const char *who = "gdp_backward_cuda";
     GdpStatus s = gdp::check_common(who, desc);
     if (s != GDP_OK) return s;
-    NEED(args, "args");
-    NEED(args->q, "q");
-    NEED(args->k, "k");
-    NEED(args->v, "v");
-    NEED(args->beta, "beta");
-    NEED(args->d_o, "d_o");
-    NEED(args->dq, "dq");
-    NEED(args->dk, "dk");
-    NEED(args->dv, "dv");
-    NEED(args->dbeta, "dbeta");
-    if (desc->mode == GDP_MODE_SPLIT) NEED(args->mask, "mask (split mode)");
-    if (desc->mode == GDP_MODE_HOUSEHOLDER && (args->mask || args->dmask))
-        return gdp_fail(GDP_ERR_INVALID, "%s: householder mode has no mask; pass mask = NULL and dmask = NULL", who);
+    s = gdp_check_backward_args(who, desc, args);
+    if (s != GDP_OK) return s;
     const size_t need = gdp_backward_workspace_bytes(desc);
     if (!workspace || workspace_bytes < need)
         return gdp_fail(GDP_ERR_WORKSPACE,

@@ -83,3 +83,38 @@ GdpStatus gdp_validate(const GdpDesc *d) {
                         mode, d->B, d->T, d->H, d->K, d->V, d->n);
     return GDP_OK;
 }
+
+#define NEED(ptr, name)                                                                                   \
+    do {                                                                                                  \
+        if (!(ptr)) return gdp_fail(GDP_ERR_INVALID, "%s: '%s' is NULL; it is required", who, name);     \
+    } while (0)
+
+GdpStatus gdp_check_forward_args(const char *who, const GdpDesc *d, const GdpForwardArgs *args) {
+    NEED(args, "args");
+    NEED(args->q, "q");
+    NEED(args->k, "k");
+    NEED(args->v, "v");
+    NEED(args->beta, "beta");
+    NEED(args->o, "o");
+    if (d->mode == GDP_MODE_SPLIT) NEED(args->mask, "mask (split mode)");
+    if (d->mode == GDP_MODE_HOUSEHOLDER && args->mask)
+        return gdp_fail(GDP_ERR_INVALID, "%s: householder mode takes no mask; pass mask = NULL", who);
+    return GDP_OK;
+}
+
+GdpStatus gdp_check_backward_args(const char *who, const GdpDesc *d, const GdpBackwardArgs *args) {
+    NEED(args, "args");
+    NEED(args->q, "q");
+    NEED(args->k, "k");
+    NEED(args->v, "v");
+    NEED(args->beta, "beta");
+    NEED(args->d_o, "d_o");
+    NEED(args->dq, "dq");
+    NEED(args->dk, "dk");
+    NEED(args->dv, "dv");
+    NEED(args->dbeta, "dbeta");
+    if (d->mode == GDP_MODE_SPLIT) NEED(args->mask, "mask (split mode)");
+    if (d->mode == GDP_MODE_HOUSEHOLDER && (args->mask || args->dmask))
+        return gdp_fail(GDP_ERR_INVALID, "%s: householder mode has no mask; pass mask = NULL and dmask = NULL", who);
+    return GDP_OK;
+}

@@ -30,6 +30,11 @@ typedef struct GdpSizes {
 } GdpSizes;
 GdpSizes gdp_sizes(const GdpDesc *d);
 
+/* The pointer checks every path makes before running: the required inputs and outputs are
+ * non-NULL and the mask is given exactly in split mode. `who` names the caller in the message. */
+GdpStatus gdp_check_forward_args(const char *who, const GdpDesc *d, const GdpForwardArgs *args);
+GdpStatus gdp_check_backward_args(const char *who, const GdpDesc *d, const GdpBackwardArgs *args);
+
 #ifdef __cplusplus
 }
 #endif

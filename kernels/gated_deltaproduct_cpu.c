@@ -83,24 +83,12 @@ static GdpStatus cpu_prepare(const GdpDesc *d, const char *who, GdpSeq **out, in
     return GDP_OK;
 }
 
-#define NEED(ptr, name)                                                                                   \
-    do {                                                                                                  \
-        if (!(ptr)) return gdp_fail(GDP_ERR_INVALID, "%s: '%s' is NULL; it is required", who, name);     \
-    } while (0)
-
 GdpStatus gdp_forward_cpu(const GdpDesc *d, const GdpForwardArgs *args) {
     const char *who = "gdp_forward_cpu";
     GdpStatus st = gdp_validate(d);
     if (st != GDP_OK) return st;
-    NEED(args, "args");
-    NEED(args->q, "q");
-    NEED(args->k, "k");
-    NEED(args->v, "v");
-    NEED(args->beta, "beta");
-    NEED(args->o, "o");
-    if (d->mode == GDP_MODE_SPLIT) NEED(args->mask, "mask (split mode)");
-    if (d->mode == GDP_MODE_HOUSEHOLDER && args->mask)
-        return gdp_fail(GDP_ERR_INVALID, "%s: householder mode takes no mask; pass mask = NULL", who);
+    st = gdp_check_forward_args(who, d, args);
+    if (st != GDP_OK) return st;
     GdpSeq *seqs;
     int N;
     st = cpu_prepare(d, who, &seqs, &N);
@@ -114,19 +102,8 @@ GdpStatus gdp_backward_cpu(const GdpDesc *d, const GdpBackwardArgs *args) {
     const char *who = "gdp_backward_cpu";
     GdpStatus st = gdp_validate(d);
     if (st != GDP_OK) return st;
-    NEED(args, "args");
-    NEED(args->q, "q");
-    NEED(args->k, "k");
-    NEED(args->v, "v");
-    NEED(args->beta, "beta");
-    NEED(args->d_o, "d_o");
-    NEED(args->dq, "dq");
-    NEED(args->dk, "dk");
-    NEED(args->dv, "dv");
-    NEED(args->dbeta, "dbeta");
-    if (d->mode == GDP_MODE_SPLIT) NEED(args->mask, "mask (split mode)");
-    if (d->mode == GDP_MODE_HOUSEHOLDER && (args->mask || args->dmask))
-        return gdp_fail(GDP_ERR_INVALID, "%s: householder mode has no mask; pass mask = NULL and dmask = NULL", who);
+    st = gdp_check_backward_args(who, d, args);
+    if (st != GDP_OK) return st;
     GdpSeq *seqs;
     int N;
     st = cpu_prepare(d, who, &seqs, &N);

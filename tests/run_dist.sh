@@ -15,4 +15,6 @@ if [ "${ngpu:-0}" -ge 2 ]; then
 else
     echo "(fewer than 2 GPUs: the NCCL run of test_dist_mpi is skipped)"
 fi
+echo "== tests/dist_train.sh"
+BUILD="$BUILD" sh tests/dist_train.sh || exit 1
 echo "dist tests passed"

@@ -74,6 +74,7 @@ static void on_opt(const CliOpt *o, const char *v, void *user) {
     }
 }
 
+#ifdef GDP_CUDA
 /* FLOPs of research/fla-study.md §6 (full 64-wide tiles), whole batch */
 static double flops_fwd(double B, double T, double H, double K, double V, double n) {
     const double C = 64, L = n * T;
@@ -87,7 +88,6 @@ static double flops_bwd(double B, double T, double H, double K, double V, double
 /* Peer (fla, bf16, B=8 T=2048 H=16 K=V=128 householder), baselines/h200.md */
 static const double peer_fwd[4] = {0, 1.264, 1.177, 1.405}, peer_fb[4] = {0, 3.470, 3.738, 5.353};
 
-#ifdef GDP_CUDA
 #define BCK(call)                                                                                       \
     do {                                                                                                \
         cudaError_t e_ = (call);                                                                        \

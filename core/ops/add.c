@@ -3,17 +3,6 @@
 #include "core/op_util.h"
 #include "kernels/add.h"
 
-/* b must equal a's trailing dims; returns the product of a's other (leading) dims. */
-static int64_t broadcast_outer(const char *op, const Tensor *a, const Tensor *b) {
-    char da[TENSOR_DESC_LEN], db[TENSOR_DESC_LEN];
-    bool ok = b->ndim <= a->ndim;
-    for (int i = 0; ok && i < b->ndim; i++) ok = b->shape[b->ndim - 1 - i] == a->shape[a->ndim - 1 - i];
-    if (!ok)
-        gdp_fatal("op '%s': cannot broadcast %s over %s: the second shape must equal the first's trailing dims", op,
-                  tensor_describe(b, db, sizeof db), tensor_describe(a, da, sizeof da));
-    return b->numel ? a->numel / b->numel : 0;
-}
-
 static void add_forward(Ctx *ctx, Node *n) {
     Tensor *a = n->in[0], *b = n->in[1], *out = n->out[0];
     int64_t outer = n->attr[0].i, inner = b->numel;
@@ -53,7 +42,7 @@ Tensor *op_add(Ctx *ctx, Tensor *a, Tensor *b) {
     op_check_contiguous("add", "b", b);
     Node n = node_make(&op_add_def);
     n.n_in = 2, n.in[0] = a, n.in[1] = b;
-    n.attr[0].i = broadcast_outer("add", a, b);
+    n.attr[0].i = op_broadcast_outer("add", a, b);
     n.n_out = 1, n.out[0] = op_new_out(ctx, a, a->ndim, a->shape);
     op_run(ctx, &n);
     return n.out[0];

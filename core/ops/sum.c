@@ -1,4 +1,5 @@
-/* op_sum: the sum of every element, a [1] scalar of x's dtype. Deterministic (kernels/sum.h).
+/* op_sum and op_mean, one kernel family (kernels/sum.h, deterministic). op_sum: the sum of every
+ * element, a [1] scalar of x's dtype.
  * Backward: dx = dout broadcast. */
 #include "core/op_util.h"
 #include "kernels/sum.h"
@@ -46,6 +47,50 @@ Tensor *op_sum(Ctx *ctx, Tensor *x) {
     op_check_float("sum", "x", x, ctx->device);
     op_check_contiguous("sum", "x", x);
     Node n = node_make(&op_sum_def);
+    n.n_in = 1, n.in[0] = x;
+    n.n_out = 1, n.out[0] = op_new_out(ctx, x, SHAPE(1));
+    op_run(ctx, &n);
+    return n.out[0];
+}
+
+/* op_mean: the mean of every element, a [1] scalar of x's dtype (the sum kernels with scale
+ * 1/n, deterministic). Backward: dx = dout / n broadcast. */
+
+static void mean_forward(Ctx *ctx, Node *n) {
+    Tensor *x = n->in[0], *out = n->out[0];
+    double scale = 1.0 / (double)x->numel;
+    if (ctx->device == DEV_CPU) {
+        sum_forward_cpu(x->dtype, out->data, x->data, x->numel, scale);
+    } else {
+        CUDA_ONLY(sum_launch_cuda(ctx, x, out, scale));
+    }
+}
+
+static void mean_backward(Ctx *ctx, Node *n) {
+    Tensor *x = n->in[0], *dout = n->out[0]->grad;
+    if (!x->requires_grad) return;
+    bool acc;
+    Tensor *dx = grad_dest(ctx, x, &acc);
+    double scale = 1.0 / (double)x->numel;
+    if (ctx->device == DEV_CPU)
+        sum_backward_cpu(x->dtype, dx->data, dout->data, x->numel, scale, acc);
+    else
+        CUDA_ONLY(sum_backward_cuda(x->dtype, dx->data, dout->data, x->numel, scale, acc, ctx_stream(ctx)));
+}
+
+static Tensor *mean_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *x = gc_random(ctx, dt, &seed, 0.1, 1, SHAPE(4, 7));
+    return op_mean(ctx, x);
+}
+
+const OpDef op_mean_def = {"mean", mean_forward, mean_backward, mean_case, 0, 0};
+
+Tensor *op_mean(Ctx *ctx, Tensor *x) {
+    char d[TENSOR_DESC_LEN];
+    op_check_float("mean", "x", x, ctx->device);
+    op_check_contiguous("mean", "x", x);
+    if (x->numel == 0) gdp_fatal("op 'mean': %s has no elements; the mean is undefined", tensor_describe(x, d, sizeof d));
+    Node n = node_make(&op_mean_def);
     n.n_in = 1, n.in[0] = x;
     n.n_out = 1, n.out[0] = op_new_out(ctx, x, SHAPE(1));
     op_run(ctx, &n);
