@@ -196,9 +196,9 @@ static bool try_gnuplot(const char *const *tsv, const char *const *titles, int n
     unlink(png);
     FILE *gp = popen("gnuplot >/dev/null 2>&1", "w");
     if (!gp) return false;
-    fprintf(gp, "set terminal %s size 1000,600\nset output ", terminal);
+    fprintf(gp, "set terminal %s noenhanced size 1000,600\nset output ", terminal);
     gp_quote(gp, png);
-    fprintf(gp, "\nset datafile separator \"\\t\"\nset grid\nset key bottom left\nset yrange [-0.02:1.05]\nset autoscale xfix\n");
+    fprintf(gp, "\nset datafile separator \"\\t\"\nset grid\nset key below\nset yrange [-0.02:1.05]\nset autoscale xfix\n");
     fprintf(gp, "set title ");
     gp_quote(gp, title);
     fprintf(gp, "\nset xlabel \"sequence length L\"\nset ylabel \"accuracy (first L predictions all correct)\"\n");
@@ -232,7 +232,8 @@ static bool write_svg(const Curve *cv, const char *const *titles, int n, const c
                                    "#7f7f7f", "#bcbd22", "#17becf"};
     FILE *f = fopen(svg, "w");
     if (!f) return false;
-    const double W = 1000, H = 600, L = 80, R = 30, T = 50, B = 60;
+    /* the legend goes below the plot, one row per curve */
+    const double W = 1000, H = 610 + 18.0 * n, L = 80, R = 30, T = 50, B = 70 + 18.0 * n;
     double x1 = 1;
     for (int i = 0; i < n; i++)
         for (int j = 0; j < cv[i].n; j++) x1 = fmax(x1, cv[i].x[j]);
@@ -261,7 +262,8 @@ static bool write_svg(const Curve *cv, const char *const *titles, int n, const c
     if (marker_x > 0)
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#666\" stroke-dasharray=\"6,4\"/>\n",
                 SX(marker_x), T, SX(marker_x), H - B);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">sequence length L</text>\n", (L + W - R) / 2, H - 15);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">sequence length L</text>\n", (L + W - R) / 2,
+            H - B + 40);
     fprintf(f, "<text x=\"18\" y=\"%.0f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.0f)\">accuracy (first L "
                "predictions all correct)</text>\n",
             (T + H - B) / 2, (T + H - B) / 2);
@@ -269,10 +271,10 @@ static bool write_svg(const Curve *cv, const char *const *titles, int n, const c
         const char *col = colors[i % 10];
         fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
         for (int j = 0; j < cv[i].n; j++) fprintf(f, "%.1f,%.1f ", SX(cv[i].x[j]), SY(cv[i].y[j]));
+        const double ly = H - B + 62 + 18.0 * i;
         fprintf(f, "\"/>\n<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"/>"
                    "<text x=\"%.0f\" y=\"%.0f\">",
-                L + 20, H - B - 20 - 18.0 * (n - 1 - i), L + 50, H - B - 20 - 18.0 * (n - 1 - i), col, L + 56,
-                H - B - 16 - 18.0 * (n - 1 - i));
+                L + 20, ly, L + 50, ly, col, L + 56, ly + 4);
         svg_text(f, titles[i]);
         fprintf(f, "</text>\n");
     }
@@ -642,6 +644,14 @@ int cmd_tasks(int argc, char **argv) {
             snprintf(tsv[i], sizeof tsv[i], "%s/accuracy.tsv", pos[i]);
             run_label(pos[i], lab[i], sizeof lab[i]);
             tp[i] = tsv[i], lp[i] = lab[i];
+        }
+        /* runs with the same label (the same config in two folders) are told apart by their folder */
+        static char uniq[TASKS_MAX_PLOT][1300];
+        for (int i = 0; i < npos; i++) {
+            bool dup = false;
+            for (int j = 0; j < npos; j++) dup |= j != i && !strcmp(lab[i], lab[j]);
+            snprintf(uniq[i], sizeof uniq[i], dup ? "%s (%s)" : "%s", lab[i], pos[i]);
+            lp[i] = uniq[i];
         }
         char out[1200];
         if (!tasks_plot(tp, lp, npos, c.plot, "state tracking: accuracy at length L", 0, true, out, sizeof out))
