@@ -5,29 +5,13 @@
 # tensor unchanged under fla's names, a config.json fla's GatedDeltaProductConfig reads, and clear
 # errors for what cannot be exported. Needs python3 with h5py, numpy and safetensors, else it is
 # skipped. (fla itself runs the exported model on the GPU machine: scripts/gpu_python_checks.sh.)
-BUILD=${BUILD:-build}
-GDP="$BUILD/gdp"
 PY=${PYTHON:-python3}
-export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 if ! "$PY" -c 'import h5py, numpy, safetensors' 2>/dev/null; then
     echo "skipped: $PY lacks h5py, numpy or safetensors (pip install h5py numpy safetensors)"
     exit 0
 fi
-TMP=${TMPDIR:-/tmp}/gdp_cli_export_$$
-mkdir -p "$TMP"
-trap 'rm -rf "$TMP"' EXIT
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fail=1; }
-
-expect_exit() { # expect_exit CODE NEEDLE DESCRIPTION cmd...
-    code=$1; needle=$2; what=$3; shift 3
-    "$@" >"$TMP/out" 2>&1
-    rc=$?
-    if [ "$rc" -ne "$code" ]; then bad "$what: exit $rc, expected $code"; cat "$TMP/out"
-    elif ! grep -q -- "$needle" "$TMP/out"; then bad "$what: output does not mention '$needle'"; cat "$TMP/out"
-    else ok "$what"; fi
-}
+CLI_TEST=export
+. tests/cli_lib.sh
 
 cat core/*.h layers/*.h train/*.h >"$TMP/text.txt"
 T="$TMP/text.txt"

@@ -3,23 +3,8 @@
 # gdp prepare as a user runs it: a small text (plain and gzip) to BPE and byte shards, the files it
 # writes, and clear errors for a missing file, an empty file and bad flags. Run from the repository
 # root with BUILD set (tests/run_all.sh does).
-BUILD=${BUILD:-build}
-GDP="$BUILD/gdp"
-TMP=${TMPDIR:-/tmp}/gdp_cli_prepare_$$
-mkdir -p "$TMP"
-trap 'rm -rf "$TMP"' EXIT
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fail=1; }
-
-expect_exit() { # expect_exit CODE NEEDLE DESCRIPTION cmd...
-    code=$1; needle=$2; what=$3; shift 3
-    "$@" >"$TMP/err" 2>&1
-    rc=$?
-    if [ "$rc" -ne "$code" ]; then bad "$what: exit $rc, expected $code"; cat "$TMP/err"
-    elif ! grep -q -- "$needle" "$TMP/err"; then bad "$what: message does not mention '$needle'"; cat "$TMP/err"
-    else ok "$what"; fi
-}
+CLI_TEST=prepare
+. tests/cli_lib.sh
 
 # number of train shards in a folder
 count_train() { c=0; for f in "$1"/train_*.bin; do [ -e "$f" ] && c=$((c + 1)); done; echo $c; }

@@ -4,24 +4,8 @@
 # (a header and one row per length), result.txt, a plot and a checkpoint and prints the result line;
 # --eval-every writes progress.tsv; --plot draws several runs in one figure. Run from the
 # repository root with BUILD set (tests/run_all.sh does).
-BUILD=${BUILD:-build}
-GDP="$BUILD/gdp"
-export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
-TMP=${TMPDIR:-/tmp}/gdp_cli_tasks_$$
-mkdir -p "$TMP"
-trap 'rm -rf "$TMP"' EXIT
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fail=1; }
-
-expect_exit() { # expect_exit CODE NEEDLE DESCRIPTION cmd...
-    code=$1; needle=$2; what=$3; shift 3
-    "$@" >"$TMP/out" 2>&1
-    rc=$?
-    if [ "$rc" -ne "$code" ]; then bad "$what: exit $rc, expected $code"; cat "$TMP/out"
-    elif ! grep -q -- "$needle" "$TMP/out"; then bad "$what: output does not mention '$needle'"; cat "$TMP/out"
-    else ok "$what"; fi
-}
+CLI_TEST=tasks
+. tests/cli_lib.sh
 
 # ---- bad flags: exit 2 with a message naming the problem
 expect_exit 0 "--neg-eigval" "tasks --help" "$GDP" tasks --help

@@ -4,25 +4,8 @@
 # text file writes log.tsv, a loss plot, config.txt, a checkpoint and `latest`; resuming continues it;
 # generate prints text; eval prints loss, perplexity and bits per byte. Run from the repository root
 # with BUILD set (tests/run_all.sh does).
-BUILD=${BUILD:-build}
-GDP="$BUILD/gdp"
-# spinning OpenMP threads crawl when the runner's cores are shared; sleeping ones do not
-export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
-TMP=${TMPDIR:-/tmp}/gdp_cli_train_$$
-mkdir -p "$TMP"
-trap 'rm -rf "$TMP"' EXIT
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fail=1; }
-
-expect_exit() { # expect_exit CODE NEEDLE DESCRIPTION cmd...
-    code=$1; needle=$2; what=$3; shift 3
-    "$@" >"$TMP/out" 2>&1
-    rc=$?
-    if [ "$rc" -ne "$code" ]; then bad "$what: exit $rc, expected $code"; cat "$TMP/out"
-    elif ! grep -q -- "$needle" "$TMP/out"; then bad "$what: output does not mention '$needle'"; cat "$TMP/out"
-    else ok "$what"; fi
-}
+CLI_TEST=train
+. tests/cli_lib.sh
 
 # real text: this repository's headers
 cat core/*.h layers/*.h train/*.h >"$TMP/text.txt"
