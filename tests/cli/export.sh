@@ -10,7 +10,7 @@ if ! "$PY" -c 'import h5py, numpy, safetensors' 2>/dev/null; then
     echo "skipped: $PY lacks h5py, numpy or safetensors (pip install h5py numpy safetensors)"
     exit 0
 fi
-CLI_TEST=export
+CLI_TEST="export"
 . tests/cli_lib.sh
 
 cat core/*.h layers/*.h train/*.h >"$TMP/text.txt"
