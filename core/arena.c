@@ -17,6 +17,13 @@ void arena_release(Arena *a) {
     a->capacity = a->used = 0;
 }
 
+void arena_resize(Arena *a, size_t capacity) {
+    GDP_CHECK(a->used == 0, "arena '%s': resized while %zu bytes are in use", a->name, a->used);
+    if (a->base) device_free(a->device, a->base);
+    a->capacity = capacity;
+    a->base = capacity ? (unsigned char *)device_malloc(a->device, capacity) : NULL;
+}
+
 void *arena_alloc(Arena *a, size_t bytes) {
     size_t start = CEIL_DIV(a->used, (size_t)ARENA_ALIGN) * ARENA_ALIGN;
     if (start + bytes > a->capacity || start + bytes < start) {

@@ -20,6 +20,8 @@ typedef struct Arena {
 
 void arena_init(Arena *a, const char *name, Device dev, size_t capacity, const char *hint);
 void arena_release(Arena *a);
+/* A new capacity for an empty arena (used == 0): its memory is freed and allocated again. */
+void arena_resize(Arena *a, size_t capacity);
 void *arena_alloc(Arena *a, size_t bytes);
 /* Host arenas only: zero-filled allocation. */
 void *arena_alloc_zeroed(Arena *a, size_t bytes);

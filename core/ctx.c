@@ -39,6 +39,18 @@ Ctx *ctx_create(Device dev, CtxSizes s) {
     return ctx;
 }
 
+static void fit_arena(Arena *a, double margin) {
+    size_t want = (size_t)((double)a->high_water * (1.0 + margin)) + ((size_t)16 << 20);
+    if (want < a->capacity) arena_resize(a, want);
+}
+
+void ctx_fit_arenas(Ctx *ctx, bool acts, bool grads, bool scratch, double margin) {
+    ctx_synchronize(ctx);
+    if (acts) fit_arena(&ctx->acts, margin);
+    if (grads) fit_arena(&ctx->grads, margin);
+    if (scratch) fit_arena(&ctx->scratch, margin);
+}
+
 void ctx_destroy(Ctx *ctx) {
     if (!ctx) return;
     ctx_synchronize(ctx);

@@ -26,7 +26,10 @@ typedef struct Ctx {
     Arena persist_meta, step_meta;        /* tensor headers, on the host */
     Tape tape;
     bool grad_enabled;                    /* ops record nodes only when true */
+    bool autocast_bf16;                   /* CUDA: f32 matmuls on bf16 tensor cores, layers may run
+                                           * their heavy ops in bf16 (off by default: exact f32) */
     struct CudaCtx *cuda;                 /* stream and cuBLAS(Lt) handles; NULL on CPU */
+    struct OpProfile *profile;            /* non-NULL: every op is timed into it (core/profile.h) */
 } Ctx;
 
 /* Sizes that suit the tests and the tiny model; trainers pass their own. */
@@ -36,6 +39,10 @@ void ctx_destroy(Ctx *ctx);
 /* Ends a micro-step: clears the tape and resets acts, grads, scratch and step headers. */
 void ctx_step_reset(Ctx *ctx);
 void ctx_synchronize(Ctx *ctx);
+/* Between steps (acts, grads and scratch empty): shrinks each of those arenas whose flag is set
+ * to its high-water mark plus `margin` (a fraction) and 16 MiB, when that is smaller. The
+ * estimate a run starts with is an upper bound; a step of fixed shapes needs the same each time. */
+void ctx_fit_arenas(Ctx *ctx, bool acts, bool grads, bool scratch, double margin);
 /* The CUDA stream every op launches on (NULL = legacy default on CPU builds). */
 void *ctx_stream(Ctx *ctx);
 

@@ -107,3 +107,18 @@ void device_synchronize(Device dev) {
     (void)dev;
 #endif
 }
+
+bool device_memory_info(size_t *used, size_t *total) {
+#ifdef GDP_CUDA
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    *used = total_b - free_b, *total = total_b;
+    return true;
+#else
+    (void)used, (void)total;
+    return false;
+#endif
+}

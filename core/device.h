@@ -23,3 +23,6 @@ void device_free(Device dev, void *p);
 void device_memcpy(void *dst, Device dst_dev, const void *src, Device src_dev, size_t bytes);
 void device_memset(Device dev, void *p, int byte, size_t bytes);
 void device_synchronize(Device dev);
+/* GPU memory in use on the current device (all processes) and its size, in bytes; false on CPU
+ * builds or when the runtime cannot tell. */
+bool device_memory_info(size_t *used, size_t *total);

@@ -47,6 +47,9 @@ Tensor *op_embedding(Ctx *ctx, Tensor *weight, const Tensor *ids);
 /* Mean cross-entropy of logits [N, V] against int32 targets [N]; targets < 0 are ignored.
  * Returns a scalar of the logits' dtype (f32 for bf16 logits). */
 Tensor *op_cross_entropy(Ctx *ctx, Tensor *logits, const Tensor *targets);
+/* The same loss; its backward overwrites the logits with their gradient. Only for logits that no
+ * other op reads after the loss (an LM head's output): their values are gone after backward. */
+Tensor *op_cross_entropy_inplace(Ctx *ctx, Tensor *logits, const Tensor *targets);
 
 /* ---- reductions ------------------------------------------------------------------------------ */
 Tensor *op_sum(Ctx *ctx, Tensor *x);  /* scalar [1] */
@@ -68,3 +71,7 @@ static inline void op_accumulate_into(Ctx *ctx, Tensor *dst, const Tensor *src) 
 }
 /* Writes the gradient `g` (contiguous, t's shape) into t's gradient with set-or-accumulate. */
 void grad_write(Ctx *ctx, Tensor *t, const Tensor *g);
+/* The same for a `g` nothing reads afterwards (the gradient of a node's own output, in that node's
+ * backward): when t has no gradient yet and g is contiguous, t's gradient becomes g's memory (a
+ * view in t's shape) instead of a copy of it. */
+void grad_pass(Ctx *ctx, Tensor *t, const Tensor *g);

@@ -3,9 +3,24 @@
 #include "core/common.h"
 #include "core/ctx.h"
 #include "core/ops.h"
+#include "core/op_util.h"
+#include "core/profile.h"
+
+/* Runs a node's forward or backward, timed into ctx->profile when there is one. */
+static void run_timed(Ctx *ctx, Node *node, int backward) {
+    if (!ctx->profile) {
+        (backward ? node->op->backward : node->op->forward)(ctx, node);
+        return;
+    }
+    ctx_synchronize(ctx);
+    double t0 = gdp_now_seconds();
+    (backward ? node->op->backward : node->op->forward)(ctx, node);
+    ctx_synchronize(ctx);
+    profile_add(ctx->profile, node->op->name, backward, gdp_now_seconds() - t0);
+}
 
 void op_run(Ctx *ctx, Node *node) {
-    node->op->forward(ctx, node);
+    run_timed(ctx, node, 0);
     bool needs = false;
     for (int i = 0; i < node->n_in; i++)
         if (node->in[i] && node->in[i]->requires_grad) needs = true;
@@ -15,22 +30,112 @@ void op_run(Ctx *ctx, Node *node) {
               node->op->name);
     for (int i = 0; i < node->n_out; i++) {
         node->out[i]->requires_grad = true;
+        node->out[i]->recorded = true;
         node->out[i]->grad = NULL;
         node->out[i]->grad_written = false;
     }
     tape->nodes[tape->n++] = *node;
 }
 
+/* ---- gradient boundaries ----------------------------------------------------------------------- */
+
+static void boundary_forward(Ctx *ctx, Node *n) { (void)ctx, (void)n; /* the view was made with the node */ }
+
+static bool in_range(const Tensor *t, const unsigned char *lo, const unsigned char *hi) {
+    return t && t->grad && !t->is_param && (const unsigned char *)t->grad->data >= lo &&
+           (const unsigned char *)t->grad->data < hi;
+}
+
+static void boundary_backward(Ctx *ctx, Node *n) {
+    Tape *tape = &ctx->tape;
+    GradRelease *r = &tape->release;
+    Tensor *x = n->in[0], *g = n->out[0]->grad;
+    if (!x->requires_grad) return;
+    GDP_CHECK(r->buf[0] && (size_t)tensor_bytes(g) <= r->buf_bytes, "internal: gradient boundary without its buffers");
+    void *dst = r->buf[r->passed++ & 1]; /* g may live in the other buffer (the previous boundary's) */
+    device_memcpy(dst, ctx->device, g->data, ctx->device, (size_t)tensor_bytes(g));
+    const unsigned char *lo = ctx->grads.base + r->mark, *hi = ctx->grads.base + ctx->grads.used;
+    /* Nothing recorded before this node may hold a gradient in the memory about to be reused. */
+    int self = (int)(n - tape->nodes);
+    for (int i = 0; i < self; i++) {
+        const Node *m = &tape->nodes[i];
+        for (int j = 0; j < m->n_in; j++)
+            if (m->in[j] != x && in_range(m->in[j], lo, hi))
+                gdp_fatal("gradient boundary: '%s' (input of op '%s', before the boundary) has its gradient in the "
+                          "memory the boundary releases; a boundary must enclose everything that uses the tensors "
+                          "it releases", m->in[j]->name, m->op->name);
+        for (int j = 0; j < m->n_out; j++)
+            if (m->out[j] != x && in_range(m->out[j], lo, hi))
+                gdp_fatal("gradient boundary: the output of op '%s' (before the boundary) has its gradient in the "
+                          "memory the boundary releases", m->op->name);
+    }
+    arena_rewind(&ctx->grads, r->mark);
+    GDP_CHECK(!x->grad, "gradient boundary: its input already has a gradient (it must be the input's only use)");
+    x->grad = tensor_view(ctx, g, x->ndim, x->shape, x->stride, 0);
+    x->grad->data = dst;
+    x->grad_written = true;
+}
+
+/* Two blocks, each using its boundary's output twice: y -> y * exp(y) -> z -> z + exp(z). */
+static Tensor *boundary_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 4));
+    Tensor *y = op_grad_boundary(ctx, op_scale(ctx, x, 1.5));
+    Tensor *z = op_grad_boundary(ctx, op_mul(ctx, y, op_exp(ctx, y)));
+    return op_add(ctx, z, op_exp(ctx, z));
+}
+
+const OpDef op_grad_boundary_def = {"grad_boundary", boundary_forward, boundary_backward, boundary_case, 0, 0};
+
+Tensor *op_grad_boundary(Ctx *ctx, Tensor *x) {
+    GDP_CHECK(x, "op 'grad_boundary': NULL input");
+    GDP_CHECK(tensor_is_contiguous(x), "op 'grad_boundary': the input must be contiguous");
+    Node n = node_make(&op_grad_boundary_def);
+    n.n_in = 1, n.in[0] = x;
+    n.n_out = 1, n.out[0] = tensor_view(ctx, x, x->ndim, x->shape, x->stride, 0);
+    op_run(ctx, &n);
+    return n.out[0];
+}
+
+/* Two buffers as large as the largest boundary gradient, below the mark the boundaries rewind to. */
+static void release_begin(Ctx *ctx) {
+    Tape *tape = &ctx->tape;
+    GradRelease *r = &tape->release;
+    memset(r, 0, sizeof *r);
+    for (int i = 0; i < tape->n; i++)
+        if (tape->nodes[i].op == &op_grad_boundary_def) {
+            size_t b = (size_t)tensor_bytes(tape->nodes[i].out[0]);
+            if (b > r->buf_bytes) r->buf_bytes = b;
+        }
+    if (!r->buf_bytes) return;
+    r->buf[0] = arena_alloc(&ctx->grads, r->buf_bytes);
+    r->buf[1] = arena_alloc(&ctx->grads, r->buf_bytes);
+    /* Leaves that want a gradient (inputs no node made, other than parameters, whose gradients
+     * live elsewhere) may get it from any block: their gradients go below the mark too. */
+    for (int i = 0; i < tape->n; i++)
+        for (int j = 0; j < tape->nodes[i].n_in; j++) {
+            Tensor *t = tape->nodes[i].in[j];
+            if (t && t->requires_grad && !t->recorded && !t->grad && !t->is_param) {
+                bool acc;
+                grad_dest(ctx, t, &acc);
+                t->grad_written = false;
+            }
+        }
+    r->mark = ctx->grads.used;
+}
+
 static void run_backward(Ctx *ctx) {
     Tape *tape = &ctx->tape;
+    release_begin(ctx);
+    TapeHook *hook = tape->hook;
+    if (hook && hook->begin) hook->begin(hook->user, tape);
     for (int i = tape->n - 1; i >= 0; i--) {
         Node *node = &tape->nodes[i];
         bool any = false;
         for (int j = 0; j < node->n_out; j++)
             if (node->out[j]->grad_written) any = true;
         /* Nothing downstream reached this node's outputs: no gradient flows through it. */
-        if (!any) continue;
-        node->op->backward(ctx, node);
+        if (any) run_timed(ctx, node, 1);
+        if (hook && hook->passed) hook->passed(hook->user, tape, i);
     }
 }
 

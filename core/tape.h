@@ -45,14 +45,43 @@ typedef struct Node {
     Attr attr[GDP_MAX_ATTR];
 } Node;
 
+struct Tape;
+/* An optional observer of backward (the gradient buckets of train/dist.c use it to start each
+ * bucket's all-reduce as soon as its gradients are final): `begin` runs before the walk, `passed`
+ * after the walk is done with node i (its backward ran, or was skipped because no gradient reached
+ * it), so every gradient that nodes i..n-1 write is written; the last call is passed(0). */
+typedef struct TapeHook {
+    void (*begin)(void *user, const struct Tape *tape);
+    void (*passed)(void *user, const struct Tape *tape, int i);
+    void *user;
+} TapeHook;
+
+/* Gradient release at boundaries (op_grad_boundary): two buffers for the boundary gradients and
+ * the grads-arena mark that every boundary rewinds to; set up when backward starts. */
+typedef struct GradRelease {
+    void *buf[2];
+    size_t buf_bytes, mark;
+    int passed; /* boundaries passed in this backward */
+} GradRelease;
+
 typedef struct Tape {
     Node *nodes;
     int n, cap;
+    GradRelease release;
+    TapeHook *hook; /* NULL: none (the default); kept across ctx_step_reset */
 } Tape;
 
 /* Runs node->op->forward and records the node when grad is enabled and some input requires a
  * gradient; the outputs then require gradients too. Every public op goes through this. */
 void op_run(struct Ctx *ctx, Node *node);
+/* A gradient boundary on x (returns a view of x to use in its place): in backward, once the
+ * walk reaches it, every activation gradient allocated since the previous boundary (or since
+ * backward began) is released, after x's own gradient is moved into one of two buffers. Put one
+ * at the input of each block whose inner tensors nothing outside the block uses (a residual
+ * stream): the activation gradients then take one block's worth of memory, not the model's. A
+ * tensor from before the boundary that did get a gradient in the released memory is a fatal error
+ * (the boundary was put where it does not fit). */
+Tensor *op_grad_boundary(struct Ctx *ctx, Tensor *x);
 /* Backward from a scalar: seeds d(loss)/d(loss) = 1. */
 void tape_backward(struct Ctx *ctx, Tensor *loss);
 /* Backward seeded with an explicit gradient for `out` (same shape and dtype). */

@@ -26,6 +26,7 @@ typedef struct Tensor {
     bool grad_written;
     bool requires_grad;
     bool is_param;
+    bool recorded; /* an output of a node on the tape (not a leaf) */
     char name[GDP_NAME_LEN];
 } Tensor;
 

@@ -9,9 +9,9 @@ static int to_int(long long v, const char *what) {
     return (int)v;
 }
 
-extern "C" void matmul_cuda(DType dt, void *cublas_handle, void *c, const void *a, const void *b, int64_t batch,
-                            int64_t m, int64_t n, int64_t k, int trans_a, int trans_b, int64_t stride_a,
-                            int64_t stride_b, int64_t stride_c, int accumulate) {
+extern "C" void matmul_cuda_ex(DType dt, MatmulCompute compute, void *cublas_handle, void *c, const void *a,
+                               const void *b, int64_t batch, int64_t m, int64_t n, int64_t k, int trans_a, int trans_b,
+                               int64_t stride_a, int64_t stride_b, int64_t stride_c, int accumulate) {
     if (batch <= 0 || m <= 0 || n <= 0) return;
     cublasHandle_t h = (cublasHandle_t)cublas_handle;
     cudaDataType_t t;
@@ -28,11 +28,20 @@ extern "C" void matmul_cuda(DType dt, void *cublas_handle, void *c, const void *
     /* K = 0 is legal (C is then beta * C), but cuBLAS wants every leading dimension >= 1. */
     int ldb = GDP_MAX(trans_b ? K : N, 1), lda = GDP_MAX(trans_a ? M : K, 1), ldc = N;
     float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
+    const cublasComputeType_t ct =
+        dt == GDP_F32 && compute == MATMUL_BF16_INPUTS ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
     if (nb == 1)
         CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, N, M, K, &alpha, b, t, ldb, a, t, lda, &beta, c, t, ldc,
-                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                  ct, CUBLAS_GEMM_DEFAULT));
     else
         CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_b, op_a, N, M, K, &alpha, b, t, ldb, (long long)stride_b, a, t,
                                                 lda, (long long)stride_a, &beta, c, t, ldc, (long long)stride_c, nb,
-                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                                ct, CUBLAS_GEMM_DEFAULT));
+}
+
+extern "C" void matmul_cuda(DType dt, void *cublas_handle, void *c, const void *a, const void *b, int64_t batch,
+                            int64_t m, int64_t n, int64_t k, int trans_a, int trans_b, int64_t stride_a,
+                            int64_t stride_b, int64_t stride_c, int accumulate) {
+    matmul_cuda_ex(dt, MATMUL_EXACT, cublas_handle, c, a, b, batch, m, n, k, trans_a, trans_b, stride_a, stride_b,
+                   stride_c, accumulate);
 }

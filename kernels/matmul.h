@@ -7,7 +7,9 @@
  * CPU: f32 and f64, cache-blocked and packed, OpenMP over (batch, row block); each element of C
  * is summed by one thread in a fixed order, so the result does not depend on the thread count.
  * CUDA: f32 and bf16 through cuBLAS with fp32 compute (CUBLAS_COMPUTE_32F, no TF32), on the
- * stream the handle is bound to. */
+ * stream the handle is bound to. matmul_cuda_ex with MATMUL_BF16_INPUTS lets cuBLAS round f32
+ * operands to bf16 for the tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF: fp32 accumulation and fp32
+ * output): the matmul half of bf16 autocast, with f32 activations kept in memory. */
 #pragma once
 #include <stdint.h>
 
@@ -20,10 +22,18 @@ extern "C" {
 void matmul_cpu(DType dt, void *c, const void *a, const void *b, int64_t batch, int64_t m, int64_t n, int64_t k,
                 int trans_a, int trans_b, int64_t stride_a, int64_t stride_b, int64_t stride_c, int accumulate);
 
+typedef enum MatmulCompute {
+    MATMUL_EXACT = 0,       /* the inputs' own precision */
+    MATMUL_BF16_INPUTS = 1, /* f32 operands rounded to bf16 inside cuBLAS (autocast) */
+} MatmulCompute;
+
 /* cublas_handle: a cublasHandle_t (ctx->cuda->cublas), already bound to the context's stream. */
 void matmul_cuda(DType dt, void *cublas_handle, void *c, const void *a, const void *b, int64_t batch, int64_t m,
                  int64_t n, int64_t k, int trans_a, int trans_b, int64_t stride_a, int64_t stride_b, int64_t stride_c,
                  int accumulate);
+void matmul_cuda_ex(DType dt, MatmulCompute compute, void *cublas_handle, void *c, const void *a, const void *b,
+                    int64_t batch, int64_t m, int64_t n, int64_t k, int trans_a, int trans_b, int64_t stride_a,
+                    int64_t stride_b, int64_t stride_c, int accumulate);
 
 #ifdef __cplusplus
 }

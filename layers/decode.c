@@ -1,11 +1,13 @@
 /* Per-token decoding: the same math as model_forward, written out for one position with cached
- * conv inputs and the recurrent state carried through the op's CPU recurrence (T = 1). */
+ * conv inputs and the recurrent state carried through the op's CPU recurrence (T = 1). A model on
+ * CUDA goes to the GPU backend (layers/decode_cuda.c) instead. */
 #include "layers/decode.h"
 
 #include <math.h>
 
 #include "core/common.h"
 #include "kernels/gated_deltaproduct.h"
+#include "layers/decode_cuda.h"
 
 static const float *host_f32(const Tensor *t) {
     GDP_CHECK(t->device == DEV_CPU && t->dtype == GDP_F32 && t->data,
@@ -82,8 +84,12 @@ static size_t bufs_layout(const ModelConfig *c, float *base, Bufs *b) {
 void decode_init(DecodeState *st, const Model *m) {
     memset(st, 0, sizeof *st);
     st->m = m;
+    if (m->ctx->device == DEV_CUDA) {
+        decode_cuda_init(st);
+        return;
+    }
     const ModelConfig *c = &m->cfg;
-    GDP_CHECK(m->ctx->device == DEV_CPU, "decode: the model must be on the cpu");
+    GDP_CHECK(m->ctx->device == DEV_CPU, "decode: the model must be on the cpu or on cuda");
     const int64_t kd = cfg_key_dim(c), vd = cfg_value_dim(c), s = cfg_slots(c), W = c->conv_size;
     const int64_t state = (int64_t)c->num_heads * c->head_dim * cfg_head_v_dim(c);
     st->layers = (DecodeLayerState *)xcalloc((size_t)c->num_hidden_layers, sizeof(DecodeLayerState));
@@ -102,6 +108,10 @@ void decode_init(DecodeState *st, const Model *m) {
 }
 
 void decode_reset(DecodeState *st) {
+    if (st->cuda) {
+        decode_cuda_reset(st);
+        return;
+    }
     const ModelConfig *c = &st->m->cfg;
     const int64_t kd = cfg_key_dim(c), vd = cfg_value_dim(c), s = cfg_slots(c), W = c->conv_size;
     const int64_t state = (int64_t)c->num_heads * c->head_dim * cfg_head_v_dim(c);
@@ -118,6 +128,11 @@ void decode_reset(DecodeState *st) {
 
 void decode_free(DecodeState *st) {
     if (!st->m) return;
+    if (st->cuda) {
+        decode_cuda_free(st);
+        memset(st, 0, sizeof *st);
+        return;
+    }
     for (int i = 0; i < st->m->cfg.num_hidden_layers; i++) {
         DecodeLayerState *l = &st->layers[i];
         free(l->conv_q), free(l->conv_k), free(l->conv_v), free(l->S), free(l->S_next);
@@ -176,6 +191,11 @@ void decode_step(DecodeState *st, int token, float *logits) {
     const int64_t D = c->hidden_size, I = cfg_intermediate(c);
     GDP_CHECK(token >= 0 && token < c->vocab_size, "decode: token %d is outside the vocabulary [0, %d)", token,
               c->vocab_size);
+    if (st->cuda) {
+        decode_cuda_step(st, token, logits);
+        st->pos++;
+        return;
+    }
     Bufs b;
     bufs_layout(c, st->scratch, &b);
     memcpy(b.x, host_f32(m->embeddings) + (int64_t)token * D, (size_t)D * sizeof(float));

@@ -1,7 +1,10 @@
-/* Recurrent decoding on the CPU: one token at a time with O(1) state per layer (the last
- * conv_size-1 inputs of each short conv and the H x K x V recurrent state), no tape. Works for
- * both modes; the model must live on the CPU in float32. Its logits equal model_forward's at the
- * same position (checked in tests/test_model.c). */
+/* Recurrent decoding: one token at a time with O(1) state per layer (the last conv_size-1 inputs
+ * of each short conv and the H x K x V recurrent state), no tape. Works for both modes and on
+ * either device: the model's device picks the backend (float32 parameters). On the CPU the step
+ * is written out in layers/decode.c; on CUDA (layers/decode_cuda.c) everything stays on the GPU
+ * (cuBLAS matvecs, the small kernels of the ops, kernels/gdp_decode.cu for the state update) and
+ * only the logits come back. Its logits equal model_forward's at the same position (checked in
+ * tests/test_model.c on the CPU, tests/gpu/test_gpu_decode.c on CUDA). */
 #pragma once
 #include <stdint.h>
 
@@ -14,7 +17,8 @@ typedef struct DecodeLayerState {
 
 typedef struct DecodeState {
     const Model *m;
-    DecodeLayerState *layers;
+    struct DecodeCuda *cuda; /* the CUDA backend's buffers (NULL on the CPU) */
+    DecodeLayerState *layers; /* CPU backend */
     int64_t pos;    /* tokens consumed */
     float *scratch; /* per-token work buffers */
     size_t scratch_floats;
@@ -23,7 +27,7 @@ typedef struct DecodeState {
 void decode_init(DecodeState *st, const Model *m);
 void decode_reset(DecodeState *st); /* back to the empty prefix */
 void decode_free(DecodeState *st);
-/* Consumes `token` and writes the next-position logits (cfg_out_dim floats). */
+/* Consumes `token` and writes the next-position logits (cfg_out_dim floats, host memory). */
 void decode_step(DecodeState *st, int token, float *logits);
 
 /* Samples from logits (modified in place): temperature <= 0 is greedy (argmax); top_k > 0 keeps

@@ -6,6 +6,7 @@
 #include "layers/gdp_layer.h"
 
 #include "core/common.h"
+#include "core/ops.h"
 #include "core/ops_fused.h"
 #include "layers/gated_deltaproduct.h"
 #include "layers/linear.h"
@@ -111,9 +112,17 @@ Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Ten
         v4 = op_reshape(ctx, v, SHAPE(B, T, s, H, V));
         b4 = op_reshape(ctx, beta, SHAPE(B, T, s, H));
     }
+    /* bf16 autocast: the op's tensor-core kernels take bf16 q, k, v, beta (g, mask and the state
+     * stay f32); its output comes back to f32 for the norm. */
+    const bool bf16_op = ctx->autocast_bf16 && ctx->device == DEV_CUDA && q4->dtype == GDP_F32;
+    if (bf16_op) {
+        q4 = op_cast(ctx, q4, GDP_BF16), k4 = op_cast(ctx, k4, GDP_BF16);
+        v4 = op_cast(ctx, v4, GDP_BF16), b4 = op_cast(ctx, b4, GDP_BF16);
+    }
     GdpOpArgs args = {
         .mode = c->mode, .n = c->num_householder, .q = q4, .k = k4, .v = v4, .beta = b4, .g = g, .mask = l->mask};
     Tensor *o = op_gated_deltaproduct(ctx, &args); /* [B, T, H, V] */
+    if (bf16_op) o = op_cast(ctx, o, GDP_F32);
 
     if (l->g_proj) {
         Tensor *z = op_reshape(ctx, linear_forward(ctx, x, l->g_proj), SHAPE(B, T, H, V));

@@ -64,6 +64,8 @@ Tensor *model_forward(Model *m, Tensor *ids) {
     Tensor *x = embedding_forward(ctx, m->embeddings, ids); /* [B, T, D] */
     for (int i = 0; i < c->num_hidden_layers; i++) {
         const Block *b = &m->blocks[i];
+        /* A block's inner gradients are released once backward has left it (core/tape.h). */
+        x = op_grad_boundary(ctx, x);
         Tensor *h = op_rmsnorm(ctx, x, b->attn_norm, c->norm_eps);
         x = op_add(ctx, x, gdp_layer_forward(ctx, &b->attn, c, h));
         h = op_rmsnorm(ctx, x, b->mlp_norm, c->norm_eps);
@@ -86,7 +88,7 @@ Tensor *model_loss(Model *m, Tensor *ids, Tensor *targets) {
         Tensor *t1 = tensor_view(m->ctx, targets, SHAPE(rows), (const int64_t[]){1}, 0);
         tflat = t1;
     }
-    return op_cross_entropy(m->ctx, flat, tflat);
+    return op_cross_entropy_inplace(m->ctx, flat, tflat); /* the logits feed only the loss */
 }
 
 Tensor *model_loss_host(Model *m, const int32_t *ids, const int32_t *targets, int64_t B, int64_t T) {

@@ -9,7 +9,8 @@
 #   2. scripts/gdp_ctypes.py: libgdp.so through ctypes on torch tensors, bf16 CUDA vs the float64
 #      CPU path (o, ht and every gradient through the autograd wrapper): rel L2 <= 2e-2.
 # Prints PASS/FAIL lines and a summary; exits 1 on any FAIL. Most of the time is Triton compiling
-# and autotuning fla's kernels on first use, so the five Python checks run side by side.
+# and autotuning fla's kernels on first use, so the Python checks run side by side. C..I each
+# change one feature of A (see below), to place a disagreement of B's.
 BUILD=${BUILD:-build}
 PY=${PYTHON:-python3}
 export OMP_WAIT_POLICY=passive
@@ -64,11 +65,18 @@ prepare B 100 --set tie_word_embeddings=false --set num_householder=3 --set use_
 # disagreement of B's on one feature.
 prepare C 128 --set num_householder=3 >"$TMP/out_C" &
 prepare D 128 --set use_forget_gate=false --set allow_neg_eigval=false >"$TMP/out_D" &
+# E..I: each of B's remaining differences from A alone (T = 100, expand_v 2, no output gate, no
+# short convs, untied head), to find which one B's disagreement comes from.
+prepare E 100 >"$TMP/out_E" &
+prepare F 128 --set expand_v=2 >"$TMP/out_F" &
+prepare G 128 --set use_output_gate=false >"$TMP/out_G" &
+prepare H 128 --set use_short_conv=false >"$TMP/out_H" &
+prepare I 128 --set tie_word_embeddings=false >"$TMP/out_I" &
 wait
 
 # ---- 2. the ctypes module, alongside the four fla runs
 pycheck gdp_ctypes "$PY" scripts/gdp_ctypes.py >"$TMP/out_ctypes" &
-for name in A B C D; do
+for name in A B C D E F G H I; do
     [ -s "$TMP/${name}_hf/model.safetensors" ] || continue
     # bf16 only: fla's chunk_gated_delta_product asserts "does not support float32" (seen on the H200).
     for dt in bf16; do
@@ -78,7 +86,7 @@ for name in A B C D; do
 done
 wait
 
-cat "$TMP"/out_0 "$TMP"/out_A "$TMP"/out_B "$TMP"/out_C "$TMP"/out_D "$TMP"/out_fla_* "$TMP"/out_ctypes 2>/dev/null | tee "$TMP/all.log"
+cat "$TMP"/out_0 "$TMP"/out_[A-I] "$TMP"/out_fla_* "$TMP"/out_ctypes 2>/dev/null | tee "$TMP/all.log"
 passed=$(grep -c '^PASS:' "$TMP/all.log")
 failed=$(grep -c '^FAIL:' "$TMP/all.log")
 echo "gpu python checks: $passed passed, $failed failed ($(($(date +%s) - T0)) s)"

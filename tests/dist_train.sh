@@ -1,8 +1,10 @@
 #!/bin/sh
 # The trainer across ranks on the CPU: `mpirun -np 2 gdp train --batch 2` must give the same
 # per-step losses (float tolerance) and the same final weights (judged by the eval loss of the
-# final checkpoint) as one rank with --batch 4, for 20 steps; with --zero 1 too. Then the 2-rank
-# checkpoint resumes on 1 rank.
+# final checkpoint) as one rank with --batch 4, for 20 steps; with --zero 1 too; each with one
+# reduction after backward (--bucket-mb 0) and with 3 gradient buckets reduced during backward
+# (--bucket-mb 0.01), whose losses must equal the unbucketed run's exactly (the bit-identical
+# weights are checked by tests/test_dist_mpi.c). Then the 2-rank checkpoint resumes on 1 rank.
 BUILD=${BUILD:-build}
 GDP="$BUILD/gdp"
 export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1
@@ -11,30 +13,40 @@ mkdir -p "$TMP"
 trap 'rm -rf "$TMP"' EXIT
 cat core/*.h layers/*.h >"$TMP/text.txt"
 MPIRUN="mpirun --allow-run-as-root --oversubscribe -np 2 --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS -x OMP_WAIT_POLICY"
-common="--data $TMP/text.txt --device cpu --steps 20 --seq 32 --lr 3e-3 --eval-every 0 --quiet --seed 3 --checkpoint-every 20"
+common="--data $TMP/text.txt --device cpu --steps 20 --seq 32 --lr 3e-3 --eval-every 0 --print-every 1000 --seed 3 --checkpoint-every 20"
 fail=0
 "$GDP" train $common --batch 4 --out "$TMP/one" >"$TMP/one.log" 2>&1 || { echo "FAIL: 1-rank run"; tail "$TMP/one.log"; exit 1; }
+e1=$("$GDP" eval --checkpoint "$TMP/one" --data "$TMP/text.txt" --seq 32 --batch 4 --batches 4 | grep -o 'loss [0-9.]*' | head -1)
 for z in 0 1; do
-    # shellcheck disable=SC2086
-    $MPIRUN "$GDP" train $common --batch 2 --zero $z --out "$TMP/two$z" >"$TMP/two$z.log" 2>&1 ||
-        { echo "FAIL: 2-rank run (zero $z)"; tail -20 "$TMP/two$z.log"; exit 1; }
-    # column 2 of log.tsv is the loss; compare every step
-    worst=$(paste "$TMP/one/log.tsv" "$TMP/two$z/log.tsv" | awk -F'\t' -v n="$(head -1 "$TMP/one/log.tsv" | awk -F'\t' '{print NF}')" \
-        'NR > 1 { d = $2 - $(n + 2); if (d < 0) d = -d; r = d / ($2 > 0 ? $2 : 1); if (r > w) w = r; c++ } END { printf "%.3g %d", w, c }')
-    rel=${worst% *}; rows=${worst#* }
-    if [ "$rows" -ne 20 ] || awk -v r="$rel" 'BEGIN { exit !(r > 1e-5) }'; then
-        echo "FAIL: zero $z: losses of 2 ranks x batch 2 vs 1 rank x batch 4 differ (worst rel $rel over $rows steps)"; fail=1
+    for mb in 0 0.01; do
+        run="two${z}_$mb"
+        # shellcheck disable=SC2086
+        $MPIRUN "$GDP" train $common --batch 2 --zero $z --bucket-mb $mb --out "$TMP/$run" >"$TMP/$run.log" 2>&1 ||
+            { echo "FAIL: 2-rank run (zero $z, bucket-mb $mb)"; tail -20 "$TMP/$run.log"; exit 1; }
+        if [ "$mb" = 0 ]; then want="gradients: one"; else want="gradients: 3 buckets"; fi
+        grep -q "^$want" "$TMP/$run.log" || { echo "FAIL: zero $z, bucket-mb $mb: no '$want' line"; fail=1; }
+        # column 2 of log.tsv is the loss; compare every step
+        worst=$(paste "$TMP/one/log.tsv" "$TMP/$run/log.tsv" | awk -F'\t' -v n="$(head -1 "$TMP/one/log.tsv" | awk -F'\t' '{print NF}')" \
+            'NR > 1 { d = $2 - $(n + 2); if (d < 0) d = -d; r = d / ($2 > 0 ? $2 : 1); if (r > w) w = r; c++ } END { printf "%.3g %d", w, c }')
+        rel=${worst% *}; rows=${worst#* }
+        if [ "$rows" -ne 20 ] || awk -v r="$rel" 'BEGIN { exit !(r > 1e-5) }'; then
+            echo "FAIL: zero $z, bucket-mb $mb: losses of 2 ranks x batch 2 vs 1 rank x batch 4 differ (worst rel $rel over $rows steps)"; fail=1
+        else
+            echo "ok: zero $z, bucket-mb $mb: 20 step losses of 2 ranks x 2 match 1 rank x 4 (worst rel $rel)"
+        fi
+        e2=$("$GDP" eval --checkpoint "$TMP/$run" --data "$TMP/text.txt" --seq 32 --batch 4 --batches 4 | grep -o 'loss [0-9.]*' | head -1)
+        if [ -n "$e1" ] && [ "$e1" = "$e2" ]; then echo "ok: zero $z, bucket-mb $mb: final weights give the same eval $e1"
+        else echo "FAIL: zero $z, bucket-mb $mb: eval of the final checkpoints differs: '$e1' vs '$e2'"; fail=1; fi
+    done
+    if [ "$(cut -f2,4 "$TMP/two${z}_0/log.tsv")" = "$(cut -f2,4 "$TMP/two${z}_0.01/log.tsv")" ]; then
+        echo "ok: zero $z: bucketed and unbucketed 2-rank runs log the same 20 losses and gradient norms"
     else
-        echo "ok: zero $z: 20 step losses of 2 ranks x 2 match 1 rank x 4 (worst rel $rel)"
+        echo "FAIL: zero $z: bucketed and unbucketed 2-rank runs log different losses or gradient norms"; fail=1
     fi
-    e1=$("$GDP" eval --checkpoint "$TMP/one" --data "$TMP/text.txt" --seq 32 --batch 4 --batches 4 | grep -o 'loss [0-9.]*' | head -1)
-    e2=$("$GDP" eval --checkpoint "$TMP/two$z" --data "$TMP/text.txt" --seq 32 --batch 4 --batches 4 | grep -o 'loss [0-9.]*' | head -1)
-    if [ -n "$e1" ] && [ "$e1" = "$e2" ]; then echo "ok: zero $z: final weights give the same eval $e1"
-    else echo "FAIL: zero $z: eval of the final checkpoints differs: '$e1' vs '$e2'"; fail=1; fi
 done
 # a checkpoint written by 2 ranks (ZeRO-1) resumes on 1 rank (log.tsv counts steps from 0)
-"$GDP" train $common --batch 4 --steps 24 --resume "$TMP/two1" --out "$TMP/two1" >"$TMP/resume.log" 2>&1 &&
-    [ "$(tail -1 "$TMP/two1/log.tsv" | cut -f1)" = 23 ] &&
+"$GDP" train $common --batch 4 --steps 24 --resume "$TMP/two1_0.01" --out "$TMP/two1_0.01" >"$TMP/resume.log" 2>&1 &&
+    [ "$(tail -1 "$TMP/two1_0.01/log.tsv" | cut -f1)" = 23 ] &&
     echo "ok: the 2-rank ZeRO-1 checkpoint resumed on 1 rank to step 24" ||
     { echo "FAIL: resuming the 2-rank checkpoint on 1 rank"; tail "$TMP/resume.log"; fail=1; }
 [ $fail -eq 0 ] && echo "dist train: all ok"

@@ -1,7 +1,10 @@
 /* Arenas, tensors, the tape (set-or-accumulate, fan-out, skipping) and argument errors. */
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "core/gradcheck.h"
+#include "core/op_util.h"
 #include "core/ops.h"
 #include "tests/check_main.h"
 
@@ -158,6 +161,47 @@ START_TEST(every_registered_op_passes_gradcheck) {
 }
 END_TEST
 
+/* Six blocks y <- y * sigmoid(y) + y, with and without a boundary at each block's input: the same
+ * gradient bit for bit, and the activation gradients of one block at a time instead of six. */
+static void boundary_chain(bool boundaries, double *dx, size_t *grad_high_water) {
+    Ctx *ctx = cpu();
+    uint64_t seed = 11;
+    Tensor *x = gc_random(ctx, GDP_F64, &seed, -1, 1, SHAPE(64, 64));
+    Tensor *y = op_scale(ctx, x, 1.0);
+    for (int b = 0; b < 6; b++) {
+        if (boundaries) y = op_grad_boundary(ctx, y);
+        y = op_add(ctx, op_mul(ctx, y, op_sigmoid(ctx, y)), y);
+    }
+    size_t before = ctx->grads.high_water;
+    tape_backward(ctx, op_sum(ctx, y));
+    *grad_high_water = ctx->grads.high_water - before;
+    tensor_to_doubles(x->grad, dx);
+    ctx_destroy(ctx);
+}
+
+START_TEST(grad_boundary_releases_block_gradients) {
+    static double with[64 * 64], without[64 * 64];
+    size_t hw_with, hw_without;
+    boundary_chain(true, with, &hw_with);
+    boundary_chain(false, without, &hw_without);
+    ck_assert_msg(!memcmp(with, without, sizeof with), "gradients differ with boundaries");
+    printf("grad boundaries: activation-gradient high water %zu bytes with, %zu without\n", hw_with, hw_without);
+    ck_assert_msg(hw_with * 2 < hw_without, "boundaries should at least halve the gradient memory (%zu vs %zu)",
+                  hw_with, hw_without);
+}
+END_TEST
+
+/* A tensor from before the boundary used inside the next block: its gradient would be released. */
+START_TEST(grad_boundary_misuse_is_an_error) {
+    Ctx *ctx = cpu();
+    uint64_t seed = 3;
+    Tensor *x = gc_random(ctx, GDP_F64, &seed, -1, 1, SHAPE(4, 4));
+    Tensor *a = op_exp(ctx, x);
+    Tensor *y = op_grad_boundary(ctx, op_scale(ctx, a, 2.0));
+    tape_backward(ctx, op_sum(ctx, op_mul(ctx, y, a)));
+}
+END_TEST
+
 static Suite *make_suite(void) {
     Suite *s = suite_create("core");
     TCase *tc = tcase_create("core");
@@ -173,6 +217,8 @@ static Suite *make_suite(void) {
     tcase_add_exit_test(tc, null_input_is_an_error, 1);
     tcase_add_test(tc, transpose_view_shares_memory_and_backprops);
     tcase_add_test(tc, every_registered_op_passes_gradcheck);
+    tcase_add_test(tc, grad_boundary_releases_block_gradients);
+    tcase_add_exit_test(tc, grad_boundary_misuse_is_an_error, 1);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,6 +1,7 @@
 /* Data-parallel plumbing on 2 MPI ranks, CPU: all-reduce, reduce-scatter, all-gather, host scalars,
  * ZeRO-1 (reduce-scatter, shard update, all-gather) against plain data parallel, a checkpoint
- * written under ZeRO-1, and dist_abort ending every rank.
+ * written under ZeRO-1, gradient buckets reduced during backward against one reduction after it
+ * (and the trainer with and without them), and dist_abort ending every rank.
  *
  * Run directly (as `make test` does) it re-runs itself under
  *     mpirun --allow-run-as-root --oversubscribe -np 2 -x CK_FORK=no ...
@@ -15,10 +16,12 @@
 #include <unistd.h>
 
 #include "core/params.h"
+#include "layers/model.h"
 #include "tests/check_main.h"
 #include "train/checkpoint.h"
 #include "train/dist.h"
 #include "train/optim.h"
+#include "train/train.h"
 
 static Dist D;    /* the test process's Dist: set up once in main */
 static Ctx *G;    /* one context per rank, on TEST_DEV, attached to D (as in the trainer) */
@@ -138,13 +141,13 @@ END_TEST
 
 /* ---- ZeRO-1 against plain data parallel ------------------------------------------------------------- */
 
-typedef struct Model {
+typedef struct Replica {
     ParamStore ps;
     Optimizer opt;
     int zero;
-} Model;
+} Replica;
 
-static void build(Model *m, int zero) {
+static void build(Replica *m, int zero) {
     m->zero = zero;
     params_init_store(&m->ps, G);
     param_new(&m->ps, "emb", SHAPE(33, 8), true, INIT_NORMAL, 0.5, 0);
@@ -163,13 +166,13 @@ static void build(Model *m, int zero) {
     optim_init(&m->opt, &m->ps, cfg, s, e);
 }
 
-static void free_model(Model *m) {
+static void free_model(Replica *m) {
     optim_free(&m->opt);
     params_free_store(&m->ps); /* the flat buffers stay in G's persist arena until the end */
 }
 
 /* Rank- and step-dependent gradients (padding stays zero). */
-static void fake_backward(Model *m, int step) {
+static void fake_backward(Replica *m, int step) {
     params_zero_grad(&m->ps);
     Rng rng;
     rng_seed(&rng, 77 + 1000 * (uint64_t)step + (uint64_t)D.rank);
@@ -183,7 +186,7 @@ static void fake_backward(Model *m, int step) {
     free(g);
 }
 
-static double train_step(Model *m, int step) {
+static double train_step(Replica *m, int step) {
     fake_backward(m, step);
     dist_sync_grads(&D, &m->ps, m->zero);
     double norm = optim_step(&m->opt, 1e-2, 1.0, &D);
@@ -201,7 +204,7 @@ static double max_rel_diff(const float *a, const float *b, int64_t n) {
 }
 
 START_TEST(zero1_equals_plain_data_parallel) {
-    Model z0, z1;
+    Replica z0, z1;
     build(&z0, 0);
     build(&z1, 1);
     double worst_norm = 0;
@@ -237,7 +240,7 @@ START_TEST(zero1_equals_plain_data_parallel) {
 END_TEST
 
 START_TEST(checkpoint_under_zero1_holds_full_state) {
-    Model z0, z1;
+    Replica z0, z1;
     build(&z0, 0);
     build(&z1, 1);
     for (int step = 0; step < 3; step++) {
@@ -257,7 +260,7 @@ START_TEST(checkpoint_under_zero1_holds_full_state) {
     char p[256];
     checkpoint_path(p, sizeof p, dir, 3);
     /* Into a non-sharded optimizer: the full gathered state, as ZeRO-0 has it. */
-    Model full, shard;
+    Replica full, shard;
     build(&full, 0);
     build(&shard, 1);
     CheckpointInfo info;
@@ -297,6 +300,158 @@ START_TEST(checkpoint_under_zero1_holds_full_state) {
 }
 END_TEST
 
+/* ---- gradient buckets reduced during backward ------------------------------------------------------- */
+
+/* The tiny model with a small vocabulary on G: 4 groups (embeddings, 2 blocks, final norm). */
+static ModelConfig bucket_model_config(void) {
+    ModelConfig cfg;
+    ck_assert(model_config_preset(&cfg, "tiny"));
+    cfg.vocab_size = 64;
+    return cfg;
+}
+
+/* One micro-step on this rank's own tokens (B = 2, T = 16): forward, loss, backward, reset. */
+static void micro_step(Model *m, int micro) {
+    enum { B = 2, T = 16 };
+    int32_t in[B * T], tg[B * T];
+    Rng rng;
+    rng_seed(&rng, 5 + 100 * (uint64_t)D.rank + (uint64_t)micro);
+    for (int i = 0; i < B * T; i++) in[i] = (int32_t)rng_below(&rng, 64), tg[i] = (int32_t)rng_below(&rng, 64);
+    Tensor *loss = model_loss_host(m, in, tg, B, T);
+    tape_backward(m->ctx, loss);
+    ctx_step_reset(m->ctx);
+}
+
+/* Two micro-steps (gradient accumulation), the buckets armed for the second only, against the same
+ * two micro-steps and dist_sync_grads after backward: the reduced gradients must be identical (bit
+ * for bit on the CPU, where the kernels are deterministic), every bucket must have started during
+ * the backward walk, and the first (last layers) strictly before the walk reached node 0. */
+static void check_buckets_during_backward(int zero) {
+    ModelConfig cfg = bucket_model_config();
+    Model m;
+    ParamStore ps;
+    model_create(&m, &cfg, G, &ps, 11);
+    int64_t total = ps.total, s = 0, e = total;
+    if (zero == 1) dist_shard_range(total, D.rank, D.world, &s, &e);
+    /* reference: reduction after backward */
+    params_zero_grad(&ps);
+    micro_step(&m, 0);
+    micro_step(&m, 1);
+    dist_sync_grads(&D, &ps, zero);
+    float *want = host_copy(ps.flat_grads, total);
+    /* buckets of 0.01 MiB = 2622 floats: [final norm + block 1], [block 0], [embeddings] */
+    DistBuckets gb;
+    dist_buckets_init(&gb, &D, &ps, zero, 0.01);
+    params_zero_grad(&ps);
+    micro_step(&m, 0);
+    dist_buckets_arm(&gb);
+    micro_step(&m, 1);
+    int n = gb.n, started_in_walk = 0, ordered = 1, first_at = n > 0 ? gb.launched_at[0] : -1,
+        last_at = n > 0 ? gb.launched_at[n - 1] : -1;
+    for (int k = 0; k < n; k++) {
+        started_in_walk += gb.launched_at[k] >= 0;
+        if (k > 0 && gb.launched_at[k] > gb.launched_at[k - 1]) ordered = 0;
+    }
+    dist_buckets_sync(&gb);
+    bool unhooked = G->tape.hook == NULL;
+    float *got = host_copy(ps.flat_grads, total);
+    double worst = max_rel_diff(got + s, want + s, e - s);
+    int same = memcmp(got + s, want + s, (size_t)(e - s) * sizeof(float)) == 0;
+    int all_same = (int)dist_sum_i64(&D, same);
+    dist_buckets_free(&gb);
+    free(want), free(got);
+    model_free(&m);
+    params_free_store(&ps);
+    ck_assert_msg(n == 3, "expected 3 buckets, got %d", n);
+    ck_assert_msg(started_in_walk == n, "only %d of %d buckets started during backward", started_in_walk, n);
+    ck_assert_msg(ordered, "buckets started out of order");
+    ck_assert_msg(first_at > last_at && first_at > 0,
+                  "the first bucket started after node %d, the last after node %d: no overlap with backward",
+                  first_at, last_at);
+    ck_assert(unhooked);
+    if (TEST_DEV == DEV_CPU)
+        ck_assert_msg(all_same == D.world, "bucketed gradients differ from dist_sync_grads's (worst rel %.3e)", worst);
+    else
+        ck_assert_msg(worst < 1e-5, "bucketed gradients differ from dist_sync_grads's by %.3e (relative)", worst);
+}
+
+START_TEST(buckets_during_backward_equal_sync_after) { check_buckets_during_backward(0); }
+END_TEST
+
+START_TEST(buckets_during_backward_equal_sync_after_zero1) { check_buckets_during_backward(1); }
+END_TEST
+
+/* The trainer: 2 ranks with buckets (several) against 2 ranks with one reduction after backward
+ * (--bucket-mb 0), ZeRO 0 and 1: the final weights are bit-identical. Always on the CPU (a copy of
+ * D without NCCL), with 2 micro-steps per step. */
+START_TEST(trainer_bucketed_weights_bit_identical) {
+    char dir[128] = {0};
+    if (D.rank == 0) {
+        snprintf(dir, sizeof dir, "/tmp/gdp_dist_buckets_XXXXXX");
+        if (!mkdtemp(dir)) dir[0] = '\0';
+        else {
+            char path[256];
+            snprintf(path, sizeof path, "%s/text.txt", dir);
+            FILE *f = fopen(path, "w");
+            for (int i = 0; f && i < 400; i++) fprintf(f, "line %d: the quick brown fox %d jumps over %d dogs\n", i, i * 7, i % 13);
+            if (f) fclose(f);
+        }
+    }
+    dist_broadcast_bytes(&D, dir, sizeof dir);
+    Dist d = D;
+    d.nccl_comm = d.nccl_stream = d.nccl_event = NULL;
+    d.ctx = NULL, d.device = DEV_CPU;
+    char text[256], out[4][256];
+    snprintf(text, sizeof text, "%s/text.txt", dir);
+    const double mb[2] = {0, 0.01};
+    double last_loss[4];
+    for (int r = 0; r < 4; r++) {
+        snprintf(out[r], sizeof out[r], "%s/run%d", dir, r);
+        if (D.rank == 0) mkdir(out[r], 0777);
+        dist_barrier(&D);
+        TrainOptions o = train_default_options();
+        o.data = text, o.device = "cpu", o.steps = 6, o.batch = 2, o.seq = 16, o.grad_accum = 2, o.lr = 3e-3;
+        o.eval_every = 0, o.quiet = true, o.seed = 4, o.out = out[r], o.zero_stage = r / 2, o.bucket_mb = mb[r % 2];
+        TrainResult res;
+        train_run(&o, &d, &res);
+        last_loss[r] = res.last_loss;
+    }
+    /* rank 0 compares the checkpoints' parameters */
+    int same[2] = {1, 1};
+    if (D.rank == 0)
+        for (int z = 0; z < 2; z++) {
+            float *p[2];
+            int64_t tot = 0;
+            for (int k = 0; k < 2; k++) {
+                Model m;
+                ParamStore ps;
+                char *ck = train_resolve_checkpoint(out[2 * z + k], "--checkpoint");
+                Ctx *c = train_load_model(ck, DEV_CPU, 1, 1, &m, &ps);
+                tot = ps.total;
+                p[k] = (float *)xmalloc((size_t)tot * sizeof(float));
+                memcpy(p[k], ps.flat_params, (size_t)tot * sizeof(float));
+                free(ck);
+                model_free(&m);
+                params_free_store(&ps);
+                ctx_destroy(c);
+            }
+            same[z] = memcmp(p[0], p[1], (size_t)tot * sizeof(float)) == 0;
+            free(p[0]), free(p[1]);
+        }
+    dist_broadcast_bytes(&D, same, sizeof same);
+    dist_barrier(&D);
+    if (D.rank == 0) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    }
+    ck_assert(dir[0]);
+    ck_assert_msg(same[0], "ZeRO-0: bucketed and unbucketed 2-rank runs end with different weights");
+    ck_assert_msg(same[1], "ZeRO-1: bucketed and unbucketed 2-rank runs end with different weights");
+    ck_assert(last_loss[0] == last_loss[1] && last_loss[2] == last_loss[3]);
+}
+END_TEST
+
 static Suite *make_suite(void) {
     Suite *s = suite_create("dist_mpi");
     TCase *tc = tcase_create("dist");
@@ -307,6 +462,9 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, host_scalars_gather_broadcast);
     tcase_add_test(tc, zero1_equals_plain_data_parallel);
     tcase_add_test(tc, checkpoint_under_zero1_holds_full_state);
+    tcase_add_test(tc, buckets_during_backward_equal_sync_after);
+    tcase_add_test(tc, buckets_during_backward_equal_sync_after_zero1);
+    tcase_add_test(tc, trainer_bucketed_weights_bit_identical);
     suite_add_tcase(s, tc);
     return s;
 }

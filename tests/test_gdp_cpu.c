@@ -11,6 +11,7 @@
 #include "core/op_util.h"
 #include "kernels/gated_deltaproduct.h"
 #include "kernels/gated_deltaproduct_common.h"
+#include "kernels/gdp_decode.h"
 #include "layers/gated_deltaproduct.h"
 #include "tests/check_main.h"
 #include "train/vectors_h5.h"
@@ -408,6 +409,113 @@ START_TEST(f32_tracks_f64_long_sequence) {
 }
 END_TEST
 
+/* ---- the decode step's CPU reference (kernels/gdp_decode_cpu.c) against the recurrence ------- */
+
+/* B batch rows, one token: gdp_decode_step_cpu from h0 against gdp_forward_cpu with T = 1 (o, ht). */
+static void decode_vs_forward_t1(GdpMode mode, int B, int H, int K, int V, int n, bool gate, uint64_t seed) {
+    Prob p = make_prob(mode, B, 1, H, K, V, n, gate, true, NULL, 0, seed);
+    GdpSizes z = gdp_sizes(&p.d);
+    Res ref = run(&p, GDP_F64, false);
+    double *S = copy_arr(p.h0, z.state), *o = (double *)xcalloc((size_t)z.o, sizeof(double));
+    GdpDecodeArgs a = {S, p.q, p.k, p.v, p.beta, p.g, p.mask, o};
+    GdpStatus st = gdp_decode_step_cpu(&p.d, &a);
+    ck_assert_msg(st == GDP_OK, "gdp_decode_step_cpu: %s", gdp_last_error());
+    ck_assert_rel_l2(o, ref.o, z.o, 1e-12);
+    ck_assert_rel_l2(S, ref.ht, z.state, 1e-12);
+    free(S), free(o);
+    res_free(&ref);
+    prob_free(&p);
+}
+
+START_TEST(decode_step_matches_recurrence_t1_f64) {
+    decode_vs_forward_t1(GDP_MODE_HOUSEHOLDER, 3, 2, 16, 8, 1, true, 41);
+    decode_vs_forward_t1(GDP_MODE_HOUSEHOLDER, 2, 3, 12, 20, 2, true, 42);
+    decode_vs_forward_t1(GDP_MODE_HOUSEHOLDER, 2, 1, 32, 7, 3, false, 43);
+    decode_vs_forward_t1(GDP_MODE_HOUSEHOLDER, 1, 2, 8, 33, 4, true, 44);
+    decode_vs_forward_t1(GDP_MODE_SPLIT, 3, 2, 16, 8, 2, true, 45);
+    decode_vs_forward_t1(GDP_MODE_SPLIT, 2, 2, 12, 5, 3, false, 46);
+    decode_vs_forward_t1(GDP_MODE_SPLIT, 1, 1, 16, 9, 4, true, 47);
+    decode_vs_forward_t1(GDP_MODE_SPLIT, 2, 1, 10, 6, 1, true, 48);
+}
+END_TEST
+
+/* T tokens of one sequence, decoded one at a time from h0 (the token slices of the [1, T, ...]
+ * inputs), against one gdp_forward_cpu over all T: every o_t and the final state. f64 to 1e-12,
+ * and the f32 decode against the f64 recurrence to 1e-5. */
+static void decode_chain(GdpMode mode, int T, int H, int K, int V, int n, uint64_t seed) {
+    Prob p = make_prob(mode, 1, T, H, K, V, n, true, true, NULL, 0, seed);
+    GdpSizes z = gdp_sizes(&p.d);
+    Res ref = run(&p, GDP_F64, false);
+    const int slots = mode == GDP_MODE_HOUSEHOLDER ? n : 1;
+    GdpDesc d1 = p.d;
+    d1.T = 1;
+    for (int di = 0; di < 2; di++) {
+        DType dt = di ? GDP_F32 : GDP_F64;
+        d1.dtype = dt;
+        const size_t es = dtype_size(dt);
+        void *S = conv(p.h0, z.state, dt), *q = conv(p.q, z.q, dt), *k = conv(p.k, z.k, dt), *v = conv(p.v, z.v, dt);
+        void *beta = conv(p.beta, z.beta, dt), *g = conv(p.g, z.g, dt), *mask = conv(p.mask, z.mask, dt);
+        void *o = xcalloc((size_t)z.o, es);
+        for (int t = 0; t < T; t++) {
+            GdpDecodeArgs a = {S,
+                               (char *)q + es * (size_t)t * H * K,
+                               (char *)k + es * (size_t)t * slots * H * K,
+                               (char *)v + es * (size_t)t * slots * H * V,
+                               (char *)beta + es * (size_t)t * slots * H,
+                               (char *)g + es * (size_t)t * H,
+                               mask,
+                               (char *)o + es * (size_t)t * H * V};
+            GdpStatus st = gdp_decode_step_cpu(&d1, &a);
+            ck_assert_msg(st == GDP_OK, "gdp_decode_step_cpu: %s", gdp_last_error());
+        }
+        double *od = back(o, z.o, dt), *Sd = back(S, z.state, dt);
+        const double bound = dt == GDP_F64 ? 1e-12 : 1e-5;
+        ck_assert_rel_l2(od, ref.o, z.o, bound);
+        ck_assert_rel_l2(Sd, ref.ht, z.state, bound);
+        free(od), free(Sd);
+        free(q), free(k), free(v), free(beta), free(g), free(mask);
+    }
+    res_free(&ref);
+    prob_free(&p);
+}
+
+START_TEST(decode_step_chain_matches_recurrence) {
+    decode_chain(GDP_MODE_HOUSEHOLDER, 40, 2, 16, 12, 2, 51);
+    decode_chain(GDP_MODE_HOUSEHOLDER, 25, 1, 24, 9, 3, 52);
+    decode_chain(GDP_MODE_SPLIT, 40, 2, 16, 12, 2, 53);
+    decode_chain(GDP_MODE_SPLIT, 25, 1, 24, 9, 3, 54);
+}
+END_TEST
+
+static void expect_invalid(GdpStatus st, const char *needle);
+
+START_TEST(decode_step_invalid_args) {
+    double S[64] = {0}, buf[64] = {0}, out[64];
+    GdpDesc d;
+    memset(&d, 0, sizeof d);
+    d.mode = GDP_MODE_HOUSEHOLDER, d.B = 1, d.T = 1, d.H = 1, d.K = 4, d.V = 2, d.n = 2, d.dtype = GDP_F64;
+    GdpDecodeArgs a = {S, buf, buf, buf, buf, NULL, NULL, out};
+    ck_assert_int_eq(gdp_decode_step_cpu(&d, &a), GDP_OK);
+    d.T = 2;
+    expect_invalid(gdp_decode_step_cpu(&d, &a), "T = 1");
+    d.T = 1;
+    a.S = NULL;
+    expect_invalid(gdp_decode_step_cpu(&d, &a), "'S'");
+    a.S = S;
+    a.mask = buf;
+    expect_invalid(gdp_decode_step_cpu(&d, &a), "no mask");
+    d.mode = GDP_MODE_SPLIT;
+    a.mask = NULL;
+    expect_invalid(gdp_decode_step_cpu(&d, &a), "mask");
+    d.n = 3;
+    a.mask = buf;
+    expect_invalid(gdp_decode_step_cpu(&d, &a), "divisible");
+    d.n = 2;
+    d.dtype = GDP_BF16;
+    expect_invalid(gdp_decode_step_cpu(&d, &a), "not supported on the CPU");
+}
+END_TEST
+
 /* ---- invalid descriptors -------------------------------------------------------------------- */
 
 static GdpDesc good_desc(void) {
@@ -767,6 +875,9 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, split_all_ones_is_deltanet);
     tcase_add_test(tc, f32_tracks_f64_long_sequence);
     tcase_add_test(tc, invalid_descriptors);
+    tcase_add_test(tc, decode_step_matches_recurrence_t1_f64);
+    tcase_add_test(tc, decode_step_chain_matches_recurrence);
+    tcase_add_test(tc, decode_step_invalid_args);
     tcase_add_test(tc, tape_gradcheck_split);
     tcase_add_test(tc, tape_gradcheck_varlen_ht);
     tcase_add_test(tc, tape_gradcheck_shared_input);

@@ -527,6 +527,45 @@ static Tensor *ce_case_fn(Ctx *ctx, DType dt, uint64_t seed, void *user) {
 START_TEST(cross_entropy_gradcheck) { expect_gradcheck(ce_case_fn, NULL, 1e-6); }
 END_TEST
 
+static Tensor *ce_inplace_case_fn(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    Tensor *x = gc_random(ctx, dt, &seed, -3, 3, SHAPE(5, 9));
+    Tensor *s = op_scale(ctx, x, 1.5);
+    Tensor *t = ids_of(ctx, SHAPE(5), (double[]){8, -1, 0, (double)(seed % 9), 4});
+    return op_cross_entropy_inplace(ctx, s, t);
+}
+
+START_TEST(cross_entropy_inplace_gradcheck) { expect_gradcheck(ce_inplace_case_fn, NULL, 1e-6); }
+END_TEST
+
+/* The in-place variant: same loss and gradient, written over the logits (no gradient buffer). */
+START_TEST(cross_entropy_inplace_reuses_the_logits) {
+    double xs[6] = {0.5, -1, 2, 3, 0, -2}, want[6];
+    size_t grad_bytes[2];
+    for (int pass = 0; pass < 2; pass++) {
+        Ctx *ctx = cpu();
+        Tensor *x = from(ctx, GDP_F64, SHAPE(2, 3), xs, true);
+        Tensor *s = op_scale(ctx, x, 2.0);
+        Tensor *t = ids_of(ctx, SHAPE(2), (double[]){2, 0});
+        Tensor *loss = pass ? op_cross_entropy_inplace(ctx, s, t) : op_cross_entropy(ctx, s, t);
+        size_t grads_before = ctx->grads.used;
+        tape_backward(ctx, loss);
+        grad_bytes[pass] = ctx->grads.used - grads_before;
+        double got[6];
+        tensor_to_doubles(x->grad, got);
+        if (pass == 0) {
+            memcpy(want, got, sizeof want);
+            ck_assert_ptr_ne(s->grad->data, s->data);
+        } else {
+            for (int i = 0; i < 6; i++) ck_assert_double_eq_tol(got[i], want[i], 1e-15);
+            ck_assert_ptr_eq(s->grad->data, s->data);
+            ck_assert_msg(grad_bytes[1] < grad_bytes[0], "the in-place loss allocated %zu gradient bytes, the plain one %zu",
+                          grad_bytes[1], grad_bytes[0]);
+        }
+        ctx_destroy(ctx);
+    }
+}
+END_TEST
+
 START_TEST(cross_entropy_target_too_large) {
     Ctx *ctx = cpu();
     op_cross_entropy(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 3)), ids_of(ctx, SHAPE(2), (double[]){0, 3}));
@@ -624,6 +663,8 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, cross_entropy_forward_backward_hand);
     tcase_add_test(tc, cross_entropy_is_stable_and_handles_all_ignored);
     tcase_add_test(tc, cross_entropy_gradcheck);
+    tcase_add_test(tc, cross_entropy_inplace_gradcheck);
+    tcase_add_test(tc, cross_entropy_inplace_reuses_the_logits);
     tcase_add_exit_test(tc, cross_entropy_target_too_large, 1);
     tcase_add_exit_test(tc, cross_entropy_targets_length, 1);
     tcase_add_exit_test(tc, cross_entropy_float_targets, 1);

@@ -382,6 +382,78 @@ START_TEST(shard_ranges_cover_everything) {
 }
 END_TEST
 
+/* Gradient buckets (train/dist.c): whole groups, contiguous, in reverse order, merged up to the cap. */
+static void check_cover(const GradBucket *b, int n, int64_t total) {
+    int64_t end = total; /* bucket k ends where bucket k - 1 starts: they tile [0, total) downward */
+    for (int k = 0; k < n; k++) {
+        ck_assert_int_eq(b[k].end, end);
+        ck_assert(b[k].start < b[k].end);
+        end = b[k].start;
+    }
+    ck_assert_int_eq(end, 0);
+}
+
+START_TEST(bucket_plan_groups_in_reverse_up_to_cap) {
+    /* groups: emb [0,640), layer 0 [640,1000), layer 1 [1000,1360), norm [1360,1424) */
+    const int64_t starts[4] = {0, 640, 1000, 1360}, total = 1424;
+    GradBucket b[4];
+    /* cap 0 (or below): one bucket, everything */
+    ck_assert_int_eq(dist_plan_buckets(starts, 4, total, 0, b), 1);
+    ck_assert(b[0].start == 0 && b[0].end == total);
+    ck_assert_int_eq(dist_plan_buckets(starts, 4, total, -5, b), 1);
+    /* cap 1: every group alone, last layer first */
+    ck_assert_int_eq(dist_plan_buckets(starts, 4, total, 1, b), 4);
+    check_cover(b, 4, total);
+    ck_assert(b[0].start == 1360 && b[1].start == 1000 && b[2].start == 640 && b[3].start == 0);
+    /* cap 400: norm (64) + layer 1 (360) = 424 >= 400 closes; layer 0 (360) + emb (640) closes at the end */
+    ck_assert_int_eq(dist_plan_buckets(starts, 4, total, 400, b), 2);
+    check_cover(b, 2, total);
+    ck_assert(b[0].start == 1000 && b[0].end == 1424 && b[1].start == 0 && b[1].end == 1000);
+    /* cap 360: layer 1 alone reaches it once norm is in; layer 0 (360) alone; emb alone */
+    ck_assert_int_eq(dist_plan_buckets(starts, 4, total, 360, b), 3);
+    check_cover(b, 3, total);
+    ck_assert(b[0].start == 1000 && b[1].start == 640 && b[2].start == 0);
+    /* a cap above everything: one bucket (the remainder closes at group 0) */
+    ck_assert_int_eq(dist_plan_buckets(starts, 4, total, 1 << 20, b), 1);
+    check_cover(b, 1, total);
+    /* one group: one bucket; no groups: none */
+    ck_assert_int_eq(dist_plan_buckets(starts, 1, 640, 10, b), 1);
+    ck_assert(b[0].start == 0 && b[0].end == 640);
+    ck_assert_int_eq(dist_plan_buckets(starts, 0, 0, 10, b), 0);
+}
+END_TEST
+
+START_TEST(bucket_plan_on_a_param_store) {
+    /* Buckets are planned from the ParamStore's groups (params_begin_bucket): small_model has
+     * groups emb [0,64), layer 0 [64,192) (w 36 padded to 64, b 6 padded to 64), layer 1 [192,256). */
+    Ctx *ctx = cpu();
+    ParamStore ps;
+    small_model(&ps, ctx);
+    int64_t starts[8];
+    int ng = 0;
+    for (int i = 0; i < ps.n; i++)
+        if (i == 0 || ps.items[i].bucket != ps.items[i - 1].bucket) starts[ng++] = ps.items[i].offset;
+    ck_assert_int_eq(ng, 3);
+    GradBucket b[8];
+    int n = dist_plan_buckets(starts, ng, ps.total, 1, b);
+    ck_assert_int_eq(n, 3);
+    check_cover(b, n, ps.total);
+    ck_assert(b[0].start == 192 && b[1].start == 64 && b[2].start == 0);
+    /* world 1: bucketing is off whatever the size; sync falls back to dist_sync_grads (a no-op) */
+    Dist d;
+    dist_init_single(&d);
+    DistBuckets gb;
+    dist_buckets_init(&gb, &d, &ps, 0, 25);
+    ck_assert_int_eq(gb.n, 0);
+    dist_buckets_arm(&gb);
+    ck_assert_ptr_null(ctx->tape.hook);
+    dist_buckets_sync(&gb);
+    dist_buckets_free(&gb);
+    params_free_store(&ps);
+    ctx_destroy(ctx);
+}
+END_TEST
+
 /* ---- schedules ------------------------------------------------------------------------------------------ */
 
 START_TEST(schedule_values) {
@@ -838,6 +910,8 @@ static Suite *make_suite(void) {
     make_base();
     tcase_add_unchecked_fixture(tc, NULL, remove_base);
     tcase_add_test(tc, params_layout);
+    tcase_add_test(tc, bucket_plan_groups_in_reverse_up_to_cap);
+    tcase_add_test(tc, bucket_plan_on_a_param_store);
     tcase_add_test(tc, params_init_is_deterministic);
     tcase_add_test(tc, params_custom_init_and_zero_grad);
     tcase_add_exit_test(tc, params_duplicate_name_is_fatal, 1);

@@ -1,6 +1,6 @@
-/* gdp generate: recurrent decoding from a checkpoint on the CPU, one token at a time with O(1)
- * state (layers/decode.h); text through the tokenizer the data was prepared with (its path is in
- * the checkpoint's config), or bytes. */
+/* gdp generate: recurrent decoding from a checkpoint on the CPU or on CUDA, one token at a time
+ * with O(1) state (layers/decode.h); text through the tokenizer the data was prepared with (its
+ * path is in the checkpoint's config), or bytes. */
 #include <stdio.h>
 #include <string.h>
 
@@ -19,16 +19,20 @@ static const CliOpt gen_opts[] = {
     {"temperature", 'T', "X", "sampling temperature (default 0.8; 0 = greedy)"},
     {"top-k", 'k', "K", "sample among the K most likely tokens only (default 0 = all)"},
     {"seed", 's', "N", "sampling seed (default 1)"},
+    {"device", 'd', "DEV", "cpu (default), cuda or auto: where the model runs and decodes"},
     {"tokenizer", 0, "FILE", "tokenizer file (default: the one recorded in the checkpoint, else bytes)"},
 };
 static const CliCommand gen_cmd = {
-    "generate", "gdp generate --checkpoint PATH --prompt TEXT [--tokens N --temperature X --top-k K --seed N]",
-    "Continues a prompt with a trained model: recurrent decoding on the cpu (conv caches and the recurrent\n"
-    "state carried per token), printing the prompt and the continuation.",
+    "generate",
+    "gdp generate --checkpoint PATH --prompt TEXT [--tokens N --temperature X --top-k K --seed N --device DEV]",
+    "Continues a prompt with a trained model: recurrent decoding (conv caches and the recurrent state carried\n"
+    "per token), printing the prompt and the continuation. With --device cuda every layer of a step runs on\n"
+    "the GPU (cuBLAS matvecs, the per-token GDP state-update kernel) and only the logits come back for\n"
+    "sampling on the host.",
     gen_opts, (int)GDP_ARRAY_LEN(gen_opts)};
 
 typedef struct GenArgs {
-    const char *checkpoint, *prompt, *tokenizer;
+    const char *checkpoint, *prompt, *tokenizer, *device;
     int64_t tokens;
     double temperature;
     int top_k;
@@ -45,6 +49,11 @@ static void on_opt(const CliOpt *o, const char *v, void *user) {
     else if (!strcmp(n, "temperature")) a->temperature = cli_double(n, v, 0, 100);
     else if (!strcmp(n, "top-k")) a->top_k = (int)cli_int(n, v, 0, 1 << 30);
     else if (!strcmp(n, "seed")) a->seed = (uint64_t)cli_int(n, v, 0, (long long)1 << 62);
+    else if (!strcmp(n, "device")) {
+        if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
+            cli_usage_error(&gen_cmd, "--device '%s': use cpu, cuda or auto", v);
+        a->device = v;
+    }
 }
 
 /* Prints bytes as text: printable ASCII, newlines, tabs and UTF-8 as they are, other control
@@ -60,16 +69,17 @@ static void print_bytes(const uint8_t *s, size_t n) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    GenArgs a = {NULL, NULL, NULL, 128, 0.8, 0, 1};
+    GenArgs a = {NULL, NULL, NULL, "cpu", 128, 0.8, 0, 1};
     char *pos[1];
     cli_parse(&gen_cmd, argc, argv, on_opt, &a, pos, 0);
     if (!a.checkpoint) cli_usage_error(&gen_cmd, "--checkpoint is required");
     if (!a.prompt || !a.prompt[0]) cli_usage_error(&gen_cmd, "--prompt is required and must not be empty");
+    Device dev = device_parse(a.device, "--device");
     char *ckpt = train_resolve_checkpoint(a.checkpoint, "--checkpoint");
 
     Model m;
     ParamStore ps;
-    Ctx *ctx = train_load_model(ckpt, DEV_CPU, 1, 1, &m, &ps);
+    Ctx *ctx = train_load_model(ckpt, dev, 1, 1, &m, &ps);
     GDP_CHECK(m.cfg.num_labels == 0, "generate: %s is a classification model; it has no next-token head", ckpt);
 
     /* The tokenizer: --tokenizer, else the checkpoint's, else bytes (a byte vocabulary only). */
@@ -114,8 +124,8 @@ int cmd_generate(int argc, char **argv) {
     }
     double dt = gdp_now_seconds() - t0;
     printf("\n");
-    fprintf(stderr, "generated %lld tokens after a %lld-token prompt in %.2f s (%.1f tokens/s)\n", (long long)a.tokens,
-            (long long)np, dt, dt > 0 ? a.tokens / dt : 0.0);
+    fprintf(stderr, "generated %lld tokens after a %lld-token prompt in %.2f s (%.1f tokens/s, %s)\n",
+            (long long)a.tokens, (long long)np, dt, dt > 0 ? a.tokens / dt : 0.0, device_name(dev));
     decode_free(&st);
     free(logits), free(ptoks), free(ckpt);
     tokenizer_free(tok);

@@ -393,6 +393,7 @@ int tasks_run(const TasksOptions *o, TasksResult *res) {
     /* 3. Training: train_run, in segments of eval_every steps when accuracy checks are wanted. */
     to.train_data = &td, to.val_data = &vd;
     to.device = o->device;
+    to.autocast = "off"; /* f32 as the paper-sized grid was run; a 1-layer 128-wide model gains little */
     to.steps = o->steps;
     to.batch = o->batch, to.seq = o->train_len, to.grad_accum = 1;
     to.lr = o->lr, to.final_lr_frac = o->final_lr_frac, to.warmup = o->warmup;

@@ -12,6 +12,7 @@
 
 #include "core/common.h"
 #include "core/params.h"
+#include "core/profile.h"
 #include "core/tape.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
@@ -37,6 +38,7 @@ TrainOptions train_default_options(void) {
     o.eval_every = 100, o.eval_batches = 8;
     o.checkpoint_every = 0, o.keep = 3;
     o.seed = 1;
+    o.bucket_mb = 25;
     o.print_every = 1;
     o.peak_tflops = 989.0;
     return o;
@@ -89,6 +91,14 @@ static double act_floats_per_token(const ModelConfig *c) {
     return c->num_hidden_layers * layer + 3.0 * cfg_out_dim(c) + 4 * D;
 }
 
+bool train_autocast_bf16(const TrainOptions *o, Device dev) {
+    if (!o->autocast || !strcmp(o->autocast, "auto")) return dev == DEV_CUDA;
+    if (!strcmp(o->autocast, "off")) return false;
+    GDP_CHECK(!strcmp(o->autocast, "bf16"), "--autocast '%s': use bf16, off or auto", o->autocast);
+    GDP_CHECK(dev == DEV_CUDA, "--autocast bf16 needs --device cuda (the cpu runs f32); drop it or use --autocast off");
+    return true;
+}
+
 CtxSizes train_ctx_sizes(const ModelConfig *cfg, int64_t batch, int64_t seq, Device dev, const TrainOptions *o) {
     CtxSizes s = ctx_default_sizes();
     const double MiB = 1024.0 * 1024.0, tokens = (double)batch * seq;
@@ -113,6 +123,11 @@ CtxSizes train_ctx_sizes(const ModelConfig *cfg, int64_t batch, int64_t seq, Dev
     (void)dev;
 #endif
     s.scratch_bytes = (size_t)scratch;
+    if (o && train_autocast_bf16(o, dev)) { /* the GDP op's bf16 copies of q, k, v, beta and o, and their grads */
+        double bf16_bytes = 2.0 * tokens * cfg->num_hidden_layers * (kd + sl * kd + sl * vd + sl * cfg->num_heads + vd);
+        s.act_bytes += (size_t)bf16_bytes;
+        s.grad_bytes += (size_t)bf16_bytes;
+    }
     s.tape_nodes = 64 * cfg->num_hidden_layers + 256;
     if (o) {
         if (o->persist_mem_mb > 0) s.persist_bytes = (size_t)(o->persist_mem_mb * MiB);
@@ -319,6 +334,7 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
     /* 3. Context, model and optimizer. */
     const int64_t B = o->batch, T = o->seq;
     Ctx *ctx = ctx_create(dev, train_ctx_sizes(&cfg, B, T, dev, o));
+    ctx->autocast_bf16 = train_autocast_bf16(o, dev);
     dist_attach(dist, ctx);
     ParamStore ps;
     Model model;
@@ -334,6 +350,8 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
     if (o->zero_stage == 1) dist_shard_range(ps.total, dist->rank, dist->world, &shard_start, &shard_end);
     Optimizer opt;
     optim_init(&opt, &ps, acfg, shard_start, shard_end);
+    DistBuckets buckets; /* gradient all-reduce in per-layer buckets during the last micro-step's backward */
+    dist_buckets_init(&buckets, dist, &ps, o->zero_stage, o->bucket_mb);
     LrSchedule sched = {o->schedule, o->lr, o->final_lr_frac, o->warmup, o->steps, 0};
     if (sched.warmup < 0) sched.warmup = GDP_MIN((int64_t)100, o->steps / 10);
     lr_schedule_check(&sched);
@@ -375,14 +393,22 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
             loader_describe(train_loader, d, sizeof d);
             printf("data: %s\n", d);
         }
-        printf("train: %s, %d rank%s, batch %lld x %lld x accum %d = %lld tokens/step, steps %lld..%lld of %lld, "
+        printf("train: %s%s, %d rank%s, batch %lld x %lld x accum %d = %lld tokens/step, steps %lld..%lld of %lld, "
                "lr %g (%s, warmup %lld), seed %llu%s%s\n",
-               device_name(dev), dist->world, dist->world > 1 ? "s" : "", (long long)B, (long long)T, o->grad_accum,
+               device_name(dev), ctx->autocast_bf16 ? " (bf16 autocast)" : "", dist->world, dist->world > 1 ? "s" : "", (long long)B, (long long)T, o->grad_accum,
                (long long)tokens_per_step, (long long)step, (long long)last, (long long)o->steps, o->lr,
                lr_kind_name(o->schedule), (long long)sched.warmup, (unsigned long long)o->seed,
                resume_path ? ", resumed from " : "", resume_path ? resume_path : "");
     }
 
+    if (root && !o->quiet && dist->world > 1) {
+        const char *how = o->zero_stage == 1 ? "reduce-scatter" : "all-reduce";
+        if (buckets.n > 0)
+            printf("gradients: %d buckets (--bucket-mb %g), each %s started during backward\n", buckets.n,
+                   o->bucket_mb, how);
+        else
+            printf("gradients: one %s after backward (--bucket-mb 0)\n", how);
+    }
     int32_t *inputs = (int32_t *)xmalloc((size_t)(B * T) * sizeof(int32_t));
     int32_t *targets = (int32_t *)xmalloc((size_t)(B * T) * sizeof(int32_t));
     int64_t ckpt_state[TRAIN_DATA_STATE_MAX];
@@ -391,7 +417,10 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
     bool first = true;
 
     /* 5. The loop. */
+    OpProfile profile = {0};
+    double profiled_s = 0;
     for (; step < last; step++) {
+        if (o->profile && !first) ctx->profile = &profile, profile.steps++;
         double t0 = gdp_now_seconds();
         double lr = lr_at(&sched, step);
         params_zero_grad(&ps);
@@ -401,6 +430,7 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
             Tensor *loss = model_loss_host(&model, inputs, targets, B, T);
             double lv;
             tensor_to_doubles(loss, &lv);
+            if (micro == o->grad_accum - 1) dist_buckets_arm(&buckets);
             tape_backward(ctx, loss);
             ctx_step_reset(ctx);
             loss_sum += lv;
@@ -409,11 +439,16 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
         if (!isfinite(loss))
             gdp_fatal("the training loss is %g at step %lld: lower --lr (now %g) or check the data", loss,
                       (long long)step, o->lr);
-        dist_sync_grads(dist, &ps, o->zero_stage);
+        double t_opt = gdp_now_seconds();
+        dist_buckets_sync(&buckets);
+        if (ctx->profile) ctx_synchronize(ctx), profile_add(&profile, "(gradient sync)", 0, gdp_now_seconds() - t_opt);
+        t_opt = gdp_now_seconds();
         double norm = optim_step(&opt, lr, 1.0 / o->grad_accum, dist);
         dist_sync_params(dist, &ps, o->zero_stage);
         ctx_synchronize(ctx);
+        if (ctx->profile) profile_add(&profile, "(clip + adamw)", 0, gdp_now_seconds() - t_opt);
         double dt = gdp_now_seconds() - t0;
+        if (ctx->profile) profiled_s += dt, ctx->profile = NULL; /* eval and checkpoints are not profiled */
         /* tokens/s: an average that leaves out the first step (warm-up of caches and handles) */
         if (!first) {
             timed++;
@@ -454,6 +489,18 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
                 free(path);
             }
         }
+        /* The arenas start at an upper-bound estimate; every step has the same shapes, so after the
+         * first one they shrink to what it used (flags given by the user are kept as they are). */
+        if (timed == 0) {
+            ctx_fit_arenas(ctx, o->act_mem_mb <= 0, o->grad_mem_mb <= 0, o->scratch_mem_mb <= 0, 0.10);
+            size_t used, total;
+            if (root && !o->quiet && dev == DEV_CUDA && device_memory_info(&used, &total))
+                printf("memory: arenas fitted to step 1 (acts %.2f, grads %.2f, scratch %.2f, parameters + AdamW "
+                       "%.2f GiB); GPU memory in use %.2f of %.2f GiB\n",
+                       ctx->acts.capacity / 1073741824.0, ctx->grads.capacity / 1073741824.0,
+                       ctx->scratch.capacity / 1073741824.0, ctx->persist.capacity / 1073741824.0,
+                       used / 1073741824.0, total / 1073741824.0);
+        }
     }
     result.steps_done = step;
 
@@ -467,7 +514,12 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
                ctx->acts.capacity / 1048576.0, ctx->grads.high_water / 1048576.0, ctx->grads.capacity / 1048576.0,
                ctx->scratch.high_water / 1048576.0, ctx->scratch.capacity / 1048576.0);
     }
+    if (root && o->profile && profile.steps > 0) {
+        profile_print(&profile, stdout);
+        printf("  %-22s %32.3f  (whole step, host time)\n", "step", 1e3 * profiled_s / profile.steps);
+    }
     free(inputs), free(targets), free(resume_path);
+    dist_buckets_free(&buckets);
     optim_free(&opt);
     model_free(&model);
     params_free_store(&ps);
@@ -510,8 +562,12 @@ static const CliOpt train_opts[] = {
     {"resume", 'y', "PATH", "resume from a checkpoint file, or from a folder's latest checkpoint"},
     {"seed", 's', "N", "seed of the initialisation and the data order (default 1)"},
     {"zero", 'z', "STAGE", "0 (default): replicated AdamW; 1: AdamW state sharded over ranks"},
+    {"bucket-mb", 0, "MiB", "gradient buckets reduced during backward (default 25; 0 = one reduction after it)"},
     {"print-every", 0, "N", "progress line every N steps (default 1)"},
     {"quiet", 0, NULL, "no progress lines (log.tsv is still written)"},
+    {"profile", 0, NULL, "time every op (forward and backward) after the first step; a table at the end (slows training)"},
+    {"autocast", 0, "MODE", "bf16: matmuls on bf16 tensor cores (f32 accumulation) and the GDP op in bf16, with f32 "
+                            "master weights and optimizer; off: f32 throughout; auto (default): bf16 on cuda, off on cpu"},
     {"peak-tflops", 0, "TF", "peak TFLOP/s per GPU for MFU (default 989, H100/H200 dense bf16)"},
     {"act-mem", 0, "MiB", "activation arena size (default: estimated from the model and B x T)"},
     {"grad-mem", 0, "MiB", "activation-gradient arena size (default: estimated)"},
@@ -571,9 +627,15 @@ static void on_train_opt(const CliOpt *opt, const char *v, void *user) {
     else if (!strcmp(n, "resume")) o->resume = v;
     else if (!strcmp(n, "seed")) o->seed = (uint64_t)cli_int(n, v, 0, (long long)1 << 62);
     else if (!strcmp(n, "zero")) o->zero_stage = (int)cli_int(n, v, 0, 1);
+    else if (!strcmp(n, "bucket-mb")) o->bucket_mb = cli_double(n, v, 0, 1e6);
     else if (!strcmp(n, "print-every")) o->print_every = (int)cli_int(n, v, 1, 1 << 30);
     else if (!strcmp(n, "quiet")) o->quiet = true;
-    else if (!strcmp(n, "peak-tflops")) o->peak_tflops = cli_double(n, v, 1e-3, 1e6);
+    else if (!strcmp(n, "profile")) o->profile = true;
+    else if (!strcmp(n, "autocast")) {
+        if (strcmp(v, "bf16") && strcmp(v, "off") && strcmp(v, "auto"))
+            cli_usage_error(&train_cmd, "--autocast '%s': use bf16, off or auto", v);
+        o->autocast = v;
+    } else if (!strcmp(n, "peak-tflops")) o->peak_tflops = cli_double(n, v, 1e-3, 1e6);
     else if (!strcmp(n, "act-mem")) o->act_mem_mb = cli_int(n, v, 1, BIG);
     else if (!strcmp(n, "grad-mem")) o->grad_mem_mb = cli_int(n, v, 1, BIG);
     else if (!strcmp(n, "scratch-mem")) o->scratch_mem_mb = cli_int(n, v, 1, BIG);
@@ -601,6 +663,8 @@ int cmd_train(int argc, char **argv) {
         char err[1024];
         if (!train_resolve_config(&o, &cfg, &vg, err, sizeof err)) cli_usage_error(&train_cmd, "%s", err);
     }
+    if (o.autocast && !strcmp(o.autocast, "bf16") && !strcmp(o.device, "cpu"))
+        cli_usage_error(&train_cmd, "--autocast bf16 needs --device cuda (the cpu trains in f32)");
     if (o.warmup >= o.steps && o.schedule != LR_CONSTANT)
         cli_usage_error(&train_cmd, "--warmup %lld must be below --steps %lld", (long long)o.warmup, (long long)o.steps);
     if (o.out) mkdir_p(o.out);

@@ -212,6 +212,16 @@ static void nccl_begin(Dist *d) {
     CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)d->nccl_stream, e, 0));
 }
 
+/* NCCL's asynchronous error state (a failed peer, a network error): any error ends every rank
+ * (dist_abort: the message names this rank, ncclCommAbort, MPI_Abort). */
+static void nccl_check_async(Dist *d, const char *what) {
+    ncclResult_t async = ncclSuccess;
+    NCCL_CHECK(d, ncclCommGetAsyncError((ncclComm_t)d->nccl_comm, &async));
+    if (async != ncclSuccess && async != ncclInProgress)
+        dist_abort(d, "%s: NCCL reported an asynchronous error: %s (%s); another rank probably failed", what,
+                   ncclGetErrorString(async), ncclGetLastError((ncclComm_t)d->nccl_comm));
+}
+
 /* Waits for the queued NCCL work, polling NCCL's error state and a timeout. */
 static void nccl_finish(Dist *d, const char *what) {
     cudaEvent_t e = (cudaEvent_t)d->nccl_event;
@@ -221,11 +231,7 @@ static void nccl_finish(Dist *d, const char *what) {
         cudaError_t q = cudaEventQuery(e);
         if (q == cudaSuccess) break;
         if (q != cudaErrorNotReady) dist_abort(d, "%s: CUDA error while waiting: %s", what, cudaGetErrorString(q));
-        ncclResult_t async = ncclSuccess;
-        NCCL_CHECK(d, ncclCommGetAsyncError((ncclComm_t)d->nccl_comm, &async));
-        if (async != ncclSuccess && async != ncclInProgress)
-            dist_abort(d, "%s: NCCL reported an asynchronous error: %s (%s); another rank probably failed", what,
-                       ncclGetErrorString(async), ncclGetLastError((ncclComm_t)d->nccl_comm));
+        nccl_check_async(d, what);
         if (gdp_now_seconds() - t0 > d->timeout_s)
             dist_abort(d, "%s: no progress for %.0f s (GDP_DIST_TIMEOUT_S): another rank is dead or stuck", what,
                        d->timeout_s);
@@ -407,4 +413,222 @@ void dist_sync_grads(Dist *d, ParamStore *ps, int zero_stage) {
 void dist_sync_params(Dist *d, ParamStore *ps, int zero_stage) {
     if (!d || d->world <= 1 || zero_stage != 1) return;
     dist_all_gather_f32(d, ps->flat_params, ps->total);
+}
+
+/* ---- gradient buckets overlapped with backward ------------------------------------------------------------ */
+int dist_plan_buckets(const int64_t *group_start, int n_groups, int64_t total, int64_t cap, GradBucket *out) {
+    if (n_groups <= 0 || total <= 0) return 0;
+    GDP_CHECK(group_start[0] == 0, "dist_plan_buckets: the first group starts at %lld, not 0",
+              (long long)group_start[0]);
+    for (int g = 1; g < n_groups; g++)
+        GDP_CHECK(group_start[g] > group_start[g - 1] && group_start[g] < total,
+                  "dist_plan_buckets: group %d starts at %lld: starts must increase and stay below %lld", g,
+                  (long long)group_start[g], (long long)total);
+    if (cap <= 0) {
+        out[0] = (GradBucket){0, total};
+        return 1;
+    }
+    int n = 0;
+    int64_t end = total;
+    for (int g = n_groups - 1; g >= 0; g--) {
+        int64_t s = group_start[g];
+        if (end - s >= cap || g == 0) {
+            out[n++] = (GradBucket){s, end};
+            end = s;
+        }
+    }
+    return n;
+}
+
+static void buckets_launch(DistBuckets *gb, int k) {
+    Dist *d = gb->d;
+    float *buf = gb->ps->flat_grads;
+    int64_t s = gb->b[k].start, n = gb->b[k].end - s;
+#ifdef GDP_CUDA
+    if (use_nccl(d)) {
+        ncclComm_t comm = (ncclComm_t)d->nccl_comm;
+        cudaStream_t st = (cudaStream_t)d->nccl_stream;
+        nccl_begin(d); /* the NCCL stream waits for the backward queued so far */
+        if (gb->zero_stage == 0) {
+            NCCL_CHECK(d, ncclAllReduce(buf + s, buf + s, (size_t)n, ncclFloat, ncclAvg, comm, st));
+        } else {
+            /* Reduce-scatter of this bucket: each rank's part of it (its ZeRO-1 shard) to that rank. */
+            NCCL_CHECK(d, ncclGroupStart());
+            for (int r = 0; r < d->world; r++) {
+                int64_t rs, re;
+                dist_shard_range(gb->ps->total, r, d->world, &rs, &re);
+                rs = GDP_MAX(rs, s), re = GDP_MIN(re, s + n);
+                if (re > rs) NCCL_CHECK(d, ncclReduce(buf + rs, buf + rs, (size_t)(re - rs), ncclFloat, ncclAvg, r, comm, st));
+            }
+            NCCL_CHECK(d, ncclGroupEnd());
+        }
+        nccl_check_async(d, "gradient buckets");
+        return;
+    }
+#endif
+    GDP_CHECK(d->device == DEV_CPU, "dist: gradient buckets on cuda need a CUDA build and dist_attach");
+    MPI_Comm comm = *(MPI_Comm *)gb->comm;
+    MPI_Request *req = (MPI_Request *)gb->reqs + k;
+    if (gb->zero_stage == 0)
+        MPI_CHECK(d, MPI_Iallreduce(MPI_IN_PLACE, buf + s, (int)n, MPI_FLOAT, MPI_SUM, comm, req));
+    else /* in place: this rank's part of the bucket lands at buf + s (moved into place after the wait) */
+        MPI_CHECK(d, MPI_Ireduce_scatter(MPI_IN_PLACE, buf + s, gb->counts + (size_t)k * (size_t)d->world, MPI_FLOAT,
+                                         MPI_SUM, comm, req));
+}
+
+/* Starts, in order, every bucket that nothing from tape index i down still writes. */
+static void buckets_try_launch(DistBuckets *gb, int i) {
+    while (gb->next < gb->n && gb->ready_at[gb->next] >= i) {
+        gb->launched_at[gb->next] = i;
+        buckets_launch(gb, gb->next++);
+    }
+    /* Open MPI moves non-blocking collectives on inside MPI calls: give it a turn per node. */
+    if (gb->d->device == DEV_CPU && gb->next > 0) {
+        int flag = 0;
+        MPI_CHECK(gb->d, MPI_Testall(gb->next, (MPI_Request *)gb->reqs, &flag, MPI_STATUSES_IGNORE));
+    }
+}
+
+static void buckets_begin(void *user, const Tape *tape) {
+    DistBuckets *gb = (DistBuckets *)user;
+    GDP_CHECK(gb->next == 0, "gradient buckets: a second backward before dist_buckets_sync (arm them for the last "
+                             "micro-step only)");
+    for (int k = 0; k < gb->n; k++) gb->ready_at[k] = INT_MAX, gb->launched_at[k] = -1;
+    /* The lowest tape index writing into each bucket: the nodes whose inputs' gradients lie in it. */
+    uintptr_t base = (uintptr_t)gb->ps->flat_grads;
+    int64_t total = gb->ps->total;
+    for (int i = 0; i < tape->n; i++) {
+        const Node *nd = &tape->nodes[i];
+        for (int j = 0; j < nd->n_in; j++) {
+            const Tensor *x = nd->in[j];
+            if (!x || !x->requires_grad || !x->grad || !x->grad->data) continue;
+            uintptr_t p = (uintptr_t)x->grad->data;
+            if (p < base || p >= base + (uintptr_t)total * sizeof(float)) continue;
+            int64_t off = (int64_t)((p - base) / sizeof(float)), end = GDP_MIN(off + x->grad->numel, total);
+            /* buckets run downward in offset: b[k].start decreases with k */
+            int lo = 0, hi = gb->n - 1;
+            while (lo < hi) { /* first k with b[k].start <= off */
+                int mid = (lo + hi) / 2;
+                if (gb->b[mid].start <= off) hi = mid;
+                else lo = mid + 1;
+            }
+            for (int k = lo; k >= 0 && gb->b[k].start < end; k--)
+                if (i < gb->ready_at[k]) gb->ready_at[k] = i;
+        }
+    }
+    buckets_try_launch(gb, tape->n);
+}
+
+static void buckets_passed(void *user, const Tape *tape, int i) {
+    (void)tape;
+    buckets_try_launch((DistBuckets *)user, i);
+}
+
+void dist_buckets_init(DistBuckets *gb, Dist *d, ParamStore *ps, int zero_stage, double bucket_mb) {
+    memset(gb, 0, sizeof *gb);
+    gb->d = d, gb->ps = ps, gb->zero_stage = zero_stage;
+    GDP_CHECK(zero_stage == 0 || zero_stage == 1, "gradient buckets: ZeRO stage %d is not supported (use 0 or 1)",
+              zero_stage);
+    GDP_CHECK(ps && ps->allocated, "dist_buckets_init: allocate the parameters first");
+    if (!d || d->world <= 1 || !(bucket_mb > 0)) return;
+    int64_t cap = (int64_t)ceil(bucket_mb * 1048576.0 / sizeof(float));
+    int64_t *starts = (int64_t *)xmalloc(sizeof(int64_t) * (size_t)ps->n);
+    int ng = 0;
+    for (int i = 0; i < ps->n; i++)
+        if (i == 0 || ps->items[i].bucket != ps->items[i - 1].bucket) starts[ng++] = ps->items[i].offset;
+    gb->b = (GradBucket *)xmalloc(sizeof(GradBucket) * (size_t)ng);
+    gb->n = dist_plan_buckets(starts, ng, ps->total, GDP_MAX(cap, (int64_t)1), gb->b);
+    free(starts);
+    gb->ready_at = (int *)xmalloc(sizeof(int) * (size_t)gb->n);
+    gb->launched_at = (int *)xmalloc(sizeof(int) * (size_t)gb->n);
+    for (int k = 0; k < gb->n; k++) gb->ready_at[k] = INT_MAX, gb->launched_at[k] = -1;
+    gb->hook = (TapeHook){buckets_begin, buckets_passed, gb};
+    if (d->device == DEV_CPU) {
+        for (int k = 0; k < gb->n; k++) check_int_count(d, gb->b[k].end - gb->b[k].start, "gradient bucket");
+        MPI_Comm *comm = (MPI_Comm *)xmalloc(sizeof(MPI_Comm));
+        /* Its own communicator: the buckets never interleave with the trainer's other collectives. */
+        MPI_CHECK(d, MPI_Comm_dup(MPI_COMM_WORLD, comm));
+        MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
+        gb->comm = comm;
+        MPI_Request *reqs = (MPI_Request *)xmalloc(sizeof(MPI_Request) * (size_t)gb->n);
+        for (int k = 0; k < gb->n; k++) reqs[k] = MPI_REQUEST_NULL;
+        gb->reqs = reqs;
+        if (zero_stage == 1) {
+            gb->counts = (int *)xmalloc(sizeof(int) * (size_t)gb->n * (size_t)d->world);
+            for (int k = 0; k < gb->n; k++)
+                for (int r = 0; r < d->world; r++) {
+                    int64_t rs, re;
+                    dist_shard_range(ps->total, r, d->world, &rs, &re);
+                    rs = GDP_MAX(rs, gb->b[k].start), re = GDP_MIN(re, gb->b[k].end);
+                    gb->counts[(size_t)k * (size_t)d->world + (size_t)r] = re > rs ? (int)(re - rs) : 0;
+                }
+        }
+    } else {
+#ifdef GDP_CUDA
+        GDP_CHECK(d->nccl_comm, "gradient buckets on cuda: call dist_attach first (it creates the NCCL communicator)");
+#else
+        dist_abort(d, "gradient buckets on cuda: this build has no CUDA support");
+#endif
+    }
+}
+
+static void buckets_disarm(DistBuckets *gb) {
+    if (gb->armed && gb->ps->ctx->tape.hook == &gb->hook) gb->ps->ctx->tape.hook = NULL;
+    gb->armed = false;
+}
+
+void dist_buckets_arm(DistBuckets *gb) {
+    if (gb->n == 0) return;
+    Tape *tape = &gb->ps->ctx->tape;
+    GDP_CHECK(!tape->hook || tape->hook == &gb->hook, "dist_buckets_arm: the tape already has another hook");
+    tape->hook = &gb->hook;
+    gb->armed = true;
+}
+
+void dist_buckets_sync(DistBuckets *gb) {
+    Dist *d = gb->d;
+    if (gb->n == 0) {
+        buckets_disarm(gb);
+        dist_sync_grads(d, gb->ps, gb->zero_stage);
+        return;
+    }
+    buckets_disarm(gb);
+    /* What backward did not start (all of it when no armed backward ran) starts now, in order. */
+    while (gb->next < gb->n) buckets_launch(gb, gb->next++);
+    gb->next = 0;
+#ifdef GDP_CUDA
+    if (use_nccl(d)) {
+        nccl_finish(d, "gradient buckets");
+        /* The optimizer (on the compute stream) reads the reduced gradients: order it after NCCL. */
+        CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)ctx_stream(d->ctx), (cudaEvent_t)d->nccl_event, 0));
+        return;
+    }
+#endif
+    MPI_CHECK(d, MPI_Waitall(gb->n, (MPI_Request *)gb->reqs, MPI_STATUSES_IGNORE));
+    float *buf = gb->ps->flat_grads;
+    const float w = (float)d->world;
+    for (int k = 0; k < gb->n; k++) {
+        int64_t s = gb->b[k].start, e = gb->b[k].end;
+        if (gb->zero_stage == 1) {
+            int64_t cnt = gb->counts[(size_t)k * (size_t)d->world + (size_t)d->rank], start, end;
+            dist_shard_range(gb->ps->total, d->rank, d->world, &start, &end);
+            int64_t dst = GDP_MAX(s, start);
+            if (cnt > 0 && dst > s) memmove(buf + dst, buf + s, (size_t)cnt * sizeof(float));
+            s = dst, e = dst + cnt;
+        }
+        for (int64_t i = s; i < e; i++) buf[i] /= w;
+    }
+}
+
+void dist_buckets_free(DistBuckets *gb) {
+    if (!gb) return;
+    if (gb->ps) buckets_disarm(gb);
+    if (gb->comm && mpi_up()) MPI_Comm_free((MPI_Comm *)gb->comm);
+    free(gb->comm);
+    free(gb->reqs);
+    free(gb->counts);
+    free(gb->b);
+    free(gb->ready_at);
+    free(gb->launched_at);
+    memset(gb, 0, sizeof *gb);
 }

@@ -6,7 +6,10 @@
  *     Dist d; dist_init(&d, &argc, &argv);       // first thing in main, before any CUDA call
  *     Ctx *ctx = ctx_create(dev, sizes);           // dist_init already picked this rank's GPU
  *     dist_attach(&d, ctx);                        // NCCL communicator on CUDA when world > 1
- *     ... per step: backward; dist_sync_grads(&d, &ps, zero_stage); optim_step(...);
+ *     DistBuckets gb; dist_buckets_init(&gb, &d, &ps, zero_stage, bucket_mb);
+ *     ... per step: micro-steps of forward + backward, dist_buckets_arm(&gb) before the last one's
+ *                   backward (its buckets are reduced while it runs); dist_buckets_sync(&gb) (or,
+ *                   without buckets, dist_sync_grads(&d, &ps, zero_stage)); optim_step(...);
  *                   dist_sync_params(&d, &ps, zero_stage);
  *     dist_finalize(&d);
  *
@@ -15,11 +18,12 @@
  * GPU local_rank when none was given) before CUDA starts. It also sets NCCL_NVLS_ENABLE=0 unless
  * the user set it (NVLink multicast stays off).
  *
- * Every collective is synchronous: when it returns the result is in place and ctx's stream may
- * use it. On CUDA the NCCL work runs on the Dist's own stream, ordered after everything already
- * queued on ctx's stream; while waiting, NCCL's asynchronous error state is polled, and an error
- * or no progress for timeout_s (env GDP_DIST_TIMEOUT_S, default 600) aborts every rank with a
- * message naming this rank, so a dead peer never hangs the job silently.
+ * Every collective is synchronous (except the gradient buckets, which dist_buckets_sync completes):
+ * when it returns the result is in place and ctx's stream may use it. On CUDA the NCCL work runs on
+ * the Dist's own stream, ordered after everything already queued on ctx's stream; while waiting,
+ * NCCL's asynchronous error state is polled, and an error or no progress for timeout_s (env
+ * GDP_DIST_TIMEOUT_S, default 600) aborts every rank with a message naming this rank, so a dead
+ * peer never hangs the job silently.
  *
  * Counts are always element counts (never bytes). */
 #pragma once
@@ -97,6 +101,56 @@ void dist_sync_grads(Dist *d, struct ParamStore *ps, int zero_stage);
 /* After the optimizer step: zero_stage 1 all-gathers the updated parameter shards. Stage 0: no-op
  * (every rank applied the same update). */
 void dist_sync_params(Dist *d, struct ParamStore *ps, int zero_stage);
+
+/* ---- gradient buckets overlapped with backward -----------------------------------------------------
+ * The flat gradient is cut into buckets: contiguous element ranges made of whole layer groups (the
+ * ParamInfo.bucket of params_begin_bucket: embeddings, each block, final norm + head), taken in
+ * reverse layer order (the order backward finishes them) and merged until a bucket holds at least
+ * `cap` elements (a group larger than cap is a bucket alone), as PyTorch DDP does with its 25 MiB.
+ * During the last micro-step's backward a tape hook starts each bucket's reduction as soon as the
+ * walk has passed the last tape node (the lowest index) that writes any gradient in it: an
+ * MPI_Iallreduce (ZeRO-1: MPI_Ireduce_scatter) on the CPU, NCCL on the Dist's stream after an event
+ * of the compute stream on CUDA. Buckets start in a fixed order (0, 1, ...) on every rank, so the
+ * collectives match. dist_buckets_sync then waits for all of them (polling NCCL's asynchronous
+ * error state on CUDA), averages (sum, then / world, as dist_sync_grads) and, on CUDA, makes the
+ * compute stream wait for the NCCL stream: the result equals dist_sync_grads's. */
+typedef struct GradBucket {
+    int64_t start, end; /* elements of the flat gradient, [start, end) */
+} GradBucket;
+
+/* Pure: n_groups contiguous groups, group g = [group_start[g], group_start[g + 1]) and the last one
+ * up to total (group_start increasing, group_start[0] = 0). Writes the buckets to out (room for
+ * n_groups) in reverse layer order (out[0] holds the highest offsets) and returns their count.
+ * cap <= 0: one bucket [0, total). */
+int dist_plan_buckets(const int64_t *group_start, int n_groups, int64_t total, int64_t cap, GradBucket *out);
+
+typedef struct DistBuckets {
+    Dist *d;
+    struct ParamStore *ps;
+    int zero_stage;
+    int n;               /* buckets; 0: off (world 1 or --bucket-mb 0): one reduction after backward */
+    GradBucket *b;       /* in launch order */
+    int *ready_at;       /* per bucket: lowest tape index writing into it (INT_MAX: none) */
+    int *launched_at;    /* per bucket, for tests: the node index after which it started (tape n:
+                            before the walk; -1: not during backward, in dist_buckets_sync) */
+    int next;            /* next bucket to start */
+    bool armed;          /* the hook is installed on ps->ctx's tape for the next backward */
+    TapeHook hook;
+    void *comm;          /* MPI_Comm * (a duplicate of MPI_COMM_WORLD), CPU */
+    void *reqs;          /* MPI_Request[n], CPU */
+    int *counts;         /* ZeRO-1, CPU: world counts per bucket for MPI_Ireduce_scatter */
+} DistBuckets;
+
+/* Plans the buckets of ps for cap = bucket_mb MiB of float32 (bucket_mb <= 0 or world 1: off).
+ * Collective (call on every rank). */
+void dist_buckets_init(DistBuckets *gb, Dist *d, struct ParamStore *ps, int zero_stage, double bucket_mb);
+/* Installs the hook for the next backward on ps->ctx (the one whose gradients are final: the last
+ * micro-step's). No-op when off. */
+void dist_buckets_arm(DistBuckets *gb);
+/* Replaces dist_sync_grads: starts the buckets backward did not (all of them when no armed backward
+ * ran), waits for every bucket, averages, removes the hook. When off: dist_sync_grads. */
+void dist_buckets_sync(DistBuckets *gb);
+void dist_buckets_free(DistBuckets *gb);
 
 #ifdef __cplusplus
 }

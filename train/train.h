@@ -49,9 +49,12 @@ typedef struct TrainOptions {
     const char *resume;      /* checkpoint file, or a folder (its latest) */
     uint64_t seed;
     int zero_stage;          /* 0 or 1 */
+    double bucket_mb;        /* gradient buckets (MiB) reduced during backward; 0: one reduction after it */
     int print_every;
     bool quiet;
     double peak_tflops;      /* for MFU on GPU */
+    bool profile;            /* time every op after the first step; table at the end */
+    const char *autocast;    /* "bf16", "off", or NULL/"auto": bf16 on cuda, off on cpu */
     int64_t act_mem_mb, grad_mem_mb, scratch_mem_mb, persist_mem_mb; /* 0: estimated */
 } TrainOptions;
 
@@ -69,6 +72,8 @@ bool train_resolve_config(const TrainOptions *o, ModelConfig *cfg, bool *vocab_g
  * fatal with a message. Returns 0. */
 int train_run(const TrainOptions *o, Dist *dist, TrainResult *res);
 
+/* Whether the run uses bf16 autocast (fatal when asked for on the cpu). */
+bool train_autocast_bf16(const TrainOptions *o, Device dev);
 /* Context sizes that fit the model at B x T tokens per micro-step (with the options' overrides). */
 CtxSizes train_ctx_sizes(const ModelConfig *cfg, int64_t batch, int64_t seq, Device dev, const TrainOptions *o);
 /* Mean loss over `batches` batches of src (reset first), no gradients; summed over ranks. */

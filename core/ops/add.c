@@ -14,7 +14,7 @@ static void add_forward(Ctx *ctx, Node *n) {
 
 static void add_backward(Ctx *ctx, Node *n) {
     Tensor *a = n->in[0], *b = n->in[1], *dout = n->out[0]->grad;
-    if (a->requires_grad) grad_write(ctx, a, dout);
+    /* b first: a may then take dout's memory as its gradient (no copy), since nothing else reads it */
     if (b->requires_grad) {
         bool acc;
         Tensor *db = grad_dest(ctx, b, &acc);
@@ -24,6 +24,7 @@ static void add_backward(Ctx *ctx, Node *n) {
         else
             CUDA_ONLY(add_backward_b_cuda(b->dtype, db->data, dout->data, outer, inner, acc, ctx_stream(ctx)));
     }
+    if (a->requires_grad) grad_pass(ctx, a, dout);
 }
 
 static Tensor *add_case(Ctx *ctx, DType dt, uint64_t seed) {

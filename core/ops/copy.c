@@ -35,6 +35,15 @@ void grad_write(Ctx *ctx, Tensor *t, const Tensor *g) {
     op_copy_or_accumulate(ctx, dst, g, acc);
 }
 
+void grad_pass(Ctx *ctx, Tensor *t, const Tensor *g) {
+    if (!t->grad && !t->is_param && g->dtype == t->dtype && g->numel == t->numel && tensor_is_contiguous(g)) {
+        t->grad = tensor_view(ctx, g, t->ndim, t->shape, t->stride, 0);
+        t->grad_written = true;
+        return;
+    }
+    grad_write(ctx, t, g);
+}
+
 static void contiguous_forward(Ctx *ctx, Node *n) { copy_into(ctx, n->out[0], n->in[0], false); }
 
 static void contiguous_backward(Ctx *ctx, Node *n) {

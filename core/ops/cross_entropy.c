@@ -1,7 +1,9 @@
 /* op_cross_entropy: mean cross-entropy of logits [N, V] against int32 targets [N]; targets < 0
  * are ignored, a target >= V is a fatal error naming it. Returns a [1] scalar of the logits'
  * dtype, f32 for bf16 logits (so its gradient, dloss, is f32 too). Per-row log-sum-exp and the
- * count of counted rows are saved for the backward: dlogits = (softmax - onehot) * dloss / count. */
+ * count of counted rows are saved for the backward: dlogits = (softmax - onehot) * dloss / count.
+ * op_cross_entropy_inplace writes dlogits over the logits themselves (no [N, V] gradient buffer,
+ * the largest one of an LM step) when nothing else has written a gradient to them. */
 #include "core/op_util.h"
 #include "kernels/cross_entropy.h"
 
@@ -42,6 +44,8 @@ static void ce_backward(Ctx *ctx, Node *n) {
     Tensor *x = n->in[0], *tg = n->in[1], *dloss = n->out[0]->grad, *lse = n->saved[0], *count = n->saved[1];
     if (!x->requires_grad) return;
     bool acc;
+    if (n->attr[0].i && !x->grad) /* in place: the gradient takes over the logits' memory */
+        x->grad = tensor_view(ctx, x, x->ndim, x->shape, x->stride, 0), x->grad_written = false;
     Tensor *dx = grad_dest(ctx, x, &acc);
     if (ctx->device == DEV_CPU)
         cross_entropy_backward_cpu(x->dtype, dx->data, dloss->data, lse->data, (const int32_t *)count->data, x->data,
@@ -66,7 +70,7 @@ static Tensor *ce_case(Ctx *ctx, DType dt, uint64_t seed) {
 
 const OpDef op_cross_entropy_def = {"cross_entropy", ce_forward, ce_backward, ce_case, 0, 0};
 
-Tensor *op_cross_entropy(Ctx *ctx, Tensor *logits, const Tensor *targets) {
+static Tensor *cross_entropy(Ctx *ctx, Tensor *logits, const Tensor *targets, bool in_place) {
     char dl[TENSOR_DESC_LEN], dt[TENSOR_DESC_LEN];
     op_check_float("cross_entropy", "logits", logits, ctx->device);
     op_check_contiguous("cross_entropy", "logits", logits);
@@ -86,6 +90,7 @@ Tensor *op_cross_entropy(Ctx *ctx, Tensor *logits, const Tensor *targets) {
                   tensor_describe(logits, dl, sizeof dl));
     DType stat_dt = logits->dtype == GDP_BF16 ? GDP_F32 : logits->dtype; /* loss and lse */
     Node n = node_make(&op_cross_entropy_def);
+    n.attr[0].i = in_place;
     n.n_in = 2, n.in[0] = logits, n.in[1] = (Tensor *)targets; /* never written; targets take no gradient */
     n.n_saved = 2;
     n.saved[0] = tensor_new(ctx, LIFE_ACT, stat_dt, SHAPE(logits->shape[0]));
@@ -93,4 +98,12 @@ Tensor *op_cross_entropy(Ctx *ctx, Tensor *logits, const Tensor *targets) {
     n.n_out = 1, n.out[0] = tensor_new(ctx, LIFE_ACT, stat_dt, SHAPE(1));
     op_run(ctx, &n);
     return n.out[0];
+}
+
+Tensor *op_cross_entropy(Ctx *ctx, Tensor *logits, const Tensor *targets) {
+    return cross_entropy(ctx, logits, targets, false);
+}
+
+Tensor *op_cross_entropy_inplace(Ctx *ctx, Tensor *logits, const Tensor *targets) {
+    return cross_entropy(ctx, logits, targets, true);
 }

@@ -18,7 +18,8 @@ static void gemm(Ctx *ctx, DType dt, void *c, const void *a, const void *b, int6
     if (ctx->device == DEV_CPU)
         matmul_cpu(dt, c, a, b, batch, m, n, k, ta, tb, sa, sb, sc, acc);
     else
-        CUDA_ONLY(matmul_cuda(dt, ctx->cuda->cublas, c, a, b, batch, m, n, k, ta, tb, sa, sb, sc, acc));
+        CUDA_ONLY(matmul_cuda_ex(dt, ctx->autocast_bf16 ? MATMUL_BF16_INPUTS : MATMUL_EXACT, ctx->cuda->cublas, c, a,
+                                 b, batch, m, n, k, ta, tb, sa, sb, sc, acc));
 }
 
 static void matmul_forward(Ctx *ctx, Node *nd) {

@@ -6,7 +6,7 @@ static void view_forward(Ctx *ctx, Node *n) { (void)ctx, (void)n; /* the view wa
 static void reshape_backward(Ctx *ctx, Node *n) {
     Tensor *x = n->in[0], *g = n->out[0]->grad;
     if (!x->requires_grad) return;
-    grad_write(ctx, x, tensor_view(ctx, g, x->ndim, x->shape, x->stride, 0));
+    grad_pass(ctx, x, tensor_view(ctx, g, x->ndim, x->shape, x->stride, 0));
 }
 
 static Tensor *reshape_case(Ctx *ctx, DType dt, uint64_t seed) {

@@ -19,6 +19,8 @@ expect_exit 2 "not a whole number" "non-numeric --steps" "$GDP" train --data "$T
 expect_exit 2 "out of range" "--batch 0" "$GDP" train --data "$T" --batch 0
 expect_exit 2 "cosine, wsd, linear or constant" "bad --schedule" "$GDP" train --data "$T" --schedule step
 expect_exit 2 "is unknown" "bad --preset" "$GDP" train --data "$T" --preset huge
+expect_exit 2 "bf16, off or auto" "bad --autocast" "$GDP" train --data "$T" --autocast fp8
+expect_exit 2 "needs --device cuda" "--autocast bf16 on the cpu" "$GDP" train --data "$T" --autocast bf16
 expect_exit 2 "unknown model config key" "bad --set key" "$GDP" train --data "$T" --set hiden_size=3
 expect_exit 2 "householder or split" "bad --set value" "$GDP" train --data "$T" --set mode=diagonal
 expect_exit 2 "cpu, cuda or auto" "bad --device" "$GDP" train --data "$T" --device tpu
@@ -61,6 +63,9 @@ head -c 10 "$TMP/out" | grep -q "The model " && ok "generate echoes the prompt" 
 cmp -s "$TMP/g1" "$TMP/g2" && [ "$(wc -c <"$TMP/g1")" -gt 20 ] && ok "generate is reproducible" || bad "generate differs"
 expect_exit 0 "generated 5 tokens" "greedy generate" "$GDP" generate --checkpoint "$R" --prompt "x" --tokens 5 --temperature 0
 expect_exit 2 "must not be empty" "empty prompt" "$GDP" generate --checkpoint "$R" --prompt ""
+expect_exit 2 "cpu, cuda or auto" "generate bad --device" "$GDP" generate --checkpoint "$R" --prompt x --device tpu
+"$GDP" generate --checkpoint "$R" --prompt "The model " --tokens 40 --seed 3 --device cpu 2>/dev/null >"$TMP/g3"
+cmp -s "$TMP/g1" "$TMP/g3" && ok "generate --device cpu is the default" || bad "generate --device cpu differs from the default"
 
 # ---- eval: loss, perplexity, bits per byte (byte data: loss / ln 2)
 expect_exit 0 "bits per byte" "eval" "$GDP" eval --checkpoint "$R" --data "$T" --batch 4 --seq 32 --batches 4

@@ -1,6 +1,6 @@
 /* Training infrastructure on CUDA against the CPU path: parameter init and zero_grad, the
- * deterministic gradient norm, AdamW with decay and clipping, ZeRO-1 shard updates, and an HDF5
- * checkpoint written from GPU memory. */
+ * deterministic gradient norm, AdamW with decay and clipping, ZeRO-1 shard updates, an HDF5
+ * checkpoint written from GPU memory, and bf16 autocast training against f32 training. */
 #include <math.h>
 #include <unistd.h>
 
@@ -9,6 +9,7 @@
 #include "tests/gpu/gpu_test.h"
 #include "train/checkpoint.h"
 #include "train/optim.h"
+#include "train/train.h"
 
 static void model(ParamStore *ps, Ctx *ctx) {
     params_init_store(ps, ctx);
@@ -183,6 +184,41 @@ GPU_TEST(checkpoint_from_gpu_loads_on_cpu) {
     params_free_store(&pg2);
     ctx_destroy(c);
     ctx_destroy(g);
+}
+
+/* The repository's own text (README and docs) as a small byte corpus; the test runs from the root. */
+static const char *autocast_corpus(void) {
+    static char path[] = "/tmp/gdp_autocast_corpus.txt";
+    return system("cat README.md docs/*.md > /tmp/gdp_autocast_corpus.txt") == 0 ? path : NULL;
+}
+
+/* Same seed, data and steps with and without bf16 autocast: the first loss agrees to bf16
+ * rounding, both runs learn, and the final train and validation losses stay close. A wrong
+ * autocast path (bad casts, missing gradient through them, f32 GEMM flags) breaks one of these. */
+GPU_TEST(autocast_bf16_trains_like_f32) {
+    const char *corpus = autocast_corpus();
+    GPU_EXPECT(corpus != NULL, "could not write the corpus (run from the repository root)");
+    if (!corpus) return;
+    TrainResult r[2];
+    const char *modes[2] = {"off", "bf16"};
+    for (int i = 0; i < 2; i++) {
+        TrainOptions o = train_default_options();
+        o.data = corpus, o.device = "cuda", o.autocast = modes[i];
+        o.batch = 8, o.seq = 128, o.steps = 80, o.lr = 6e-3, o.warmup = 5;
+        o.eval_every = 0, o.eval_batches = 8, o.quiet = true, o.seed = 3;
+        Dist d;
+        dist_init_single(&d);
+        train_run(&o, &d, &r[i]);
+        printf("   autocast %-4s: loss %.4f -> %.4f, val %.4f\n", modes[i], r[i].first_loss, r[i].last_loss,
+               r[i].last_val_loss);
+    }
+    GPU_EXPECT(fabs(r[1].first_loss - r[0].first_loss) < 0.02, "first loss f32 %.4f vs bf16 %.4f", r[0].first_loss,
+               r[1].first_loss);
+    for (int i = 0; i < 2; i++)
+        GPU_EXPECT(r[i].last_val_loss < r[i].first_loss - 1.5, "autocast %s did not learn: %.4f -> val %.4f",
+                   modes[i], r[i].first_loss, r[i].last_val_loss);
+    GPU_EXPECT(fabs(r[1].last_val_loss - r[0].last_val_loss) < 0.15, "val loss f32 %.4f vs bf16 %.4f",
+               r[0].last_val_loss, r[1].last_val_loss);
 }
 
 int main(void) { return gpu_test_main(); }

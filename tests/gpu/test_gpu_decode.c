@@ -1,0 +1,335 @@
+/* Per-token decoding on CUDA:
+ *   - the decode kernel (kernels/gdp_decode.cu) against its float64 CPU reference
+ *     (kernels/gdp_decode_cpu.c) over 8 chained steps: both modes, K 16..256 (also not a multiple
+ *     of 8), V with tails past a 32-column tile, B > 1, n 1..4 (split r up to 64), gate on and off.
+ *     o is filled with NaN before every step, so an element nobody wrote fails; o and S are
+ *     compared after every step (rel L2, bound 1e-5);
+ *   - the whole CUDA decode step (layers/decode_cuda.c through layers/decode.h) against the
+ *     chunked CUDA forward (model_forward) on 72 random tokens (past one 64-token chunk) of tiny
+ *     configs with random weights: householder n_h = 1, 2, 3, split r = 2 and r = 4 with a random
+ *     non-identity mask, and variants without short conv / gates / tied head: the logits of every
+ *     position within rel L2 1e-4, and decode_reset gives position 0 again;
+ *   - the kernel's error paths.
+ * `test_gpu_decode --sanitize` runs one small kernel case and one model case, for compute-sanitizer;
+ * `test_gpu_decode NAME...` only the tests whose name contains one of the NAMEs. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "core/common.h"
+#include "core/ctx.h"
+#include "kernels/gated_deltaproduct_common.h"
+#include "kernels/gdp_decode.h"
+#include "layers/decode.h"
+#include "layers/model.h"
+#include "tests/gpu/gpu_test.h"
+
+#define CK(call)                                                                                        \
+    do {                                                                                                \
+        cudaError_t e_ = (call);                                                                        \
+        if (e_ != cudaSuccess) gdp_fatal("CUDA call failed: %s: %s", #call, cudaGetErrorString(e_));     \
+    } while (0)
+
+/* relative L2 error; NaN or Inf anywhere gives +Inf */
+static double rel_l2(const double *x, const double *ref, int64_t n) {
+    double e = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) return INFINITY;
+        e += (x[i] - ref[i]) * (x[i] - ref[i]);
+        r += ref[i] * ref[i];
+    }
+    return r > 0 ? sqrt(e / r) : sqrt(e);
+}
+
+/* ---------------------------------------------------------------- the kernel alone */
+typedef struct DecCase {
+    GdpMode mode;
+    int B, H, K, V, n, gate;
+} DecCase;
+
+/* n doubles, rounded through float so that the CPU reference sees exactly the GPU's inputs */
+static void fill_normal(Rng *r, double *x, int64_t n, double sd) {
+    for (int64_t i = 0; i < n; i++) x[i] = (double)(float)(sd * rng_normal(r));
+}
+
+static float *to_dev(const double *x, int64_t n) {
+    float *h = (float *)xmalloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) h[i] = (float)x[i];
+    float *d;
+    CK(cudaMalloc((void **)&d, (size_t)n * sizeof(float)));
+    CK(cudaMemcpy(d, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+static void upload(float *d, const double *x, int64_t n) {
+    float *h = (float *)xmalloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) h[i] = (float)x[i];
+    CK(cudaMemcpy(d, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+    free(h);
+}
+
+static double *from_dev(const float *d, int64_t n) {
+    float *h = (float *)xmalloc((size_t)n * sizeof(float));
+    CK(cudaMemcpy(h, d, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost));
+    double *x = (double *)xmalloc((size_t)n * sizeof(double));
+    for (int64_t i = 0; i < n; i++) x[i] = h[i];
+    free(h);
+    return x;
+}
+
+/* Runs `steps` chained decode steps on the GPU and in float64 on the CPU; returns the number of
+ * failed comparisons and the worst error in *worst. */
+static int kernel_case(const DecCase *c, uint64_t seed, int steps, double bound, double *worst) {
+    Rng rng;
+    rng_seed(&rng, seed);
+    GdpDesc d;
+    memset(&d, 0, sizeof d);
+    d.mode = c->mode, d.B = c->B, d.T = 1, d.H = c->H, d.K = c->K, d.V = c->V, d.n = c->n, d.dtype = GDP_F64;
+    const GdpSizes z = gdp_sizes(&d);
+    double *S = (double *)xmalloc(sizeof(double) * (size_t)z.state);
+    double *q = (double *)xmalloc(sizeof(double) * (size_t)z.q), *k = (double *)xmalloc(sizeof(double) * (size_t)z.k);
+    double *v = (double *)xmalloc(sizeof(double) * (size_t)z.v);
+    double *beta = (double *)xmalloc(sizeof(double) * (size_t)z.beta);
+    double *g = (double *)xmalloc(sizeof(double) * (size_t)z.g), *o = (double *)xmalloc(sizeof(double) * (size_t)z.o);
+    double *mask = z.mask ? (double *)xmalloc(sizeof(double) * (size_t)z.mask) : NULL;
+    fill_normal(&rng, S, z.state, 0.5);
+    for (int64_t i = 0; i < z.mask; i++) {
+        int e = (int)(i % (c->n * c->n));
+        mask[i] = (double)(float)((e / c->n == e % c->n ? 1.0 : 0.0) + 0.3 * rng_normal(&rng));
+    }
+    float *S_d = to_dev(S, z.state), *mask_d = mask ? to_dev(mask, z.mask) : NULL;
+    float *q_d, *k_d, *v_d, *beta_d, *g_d, *o_d;
+    CK(cudaMalloc((void **)&q_d, sizeof(float) * (size_t)z.q));
+    CK(cudaMalloc((void **)&k_d, sizeof(float) * (size_t)z.k));
+    CK(cudaMalloc((void **)&v_d, sizeof(float) * (size_t)z.v));
+    CK(cudaMalloc((void **)&beta_d, sizeof(float) * (size_t)z.beta));
+    CK(cudaMalloc((void **)&g_d, sizeof(float) * (size_t)z.g));
+    CK(cudaMalloc((void **)&o_d, sizeof(float) * (size_t)z.o));
+    const int w = c->mode == GDP_MODE_SPLIT ? c->K / c->n : c->K; /* unit norm per slot / slice */
+    int fails = 0;
+    *worst = 0;
+    for (int step = 0; step < steps; step++) {
+        fill_normal(&rng, q, z.q, 1.0);
+        for (int64_t i = 0; i < z.k / w; i++) {
+            double a = 0;
+            for (int x = 0; x < w; x++) k[i * w + x] = rng_normal(&rng);
+            for (int x = 0; x < w; x++) a += k[i * w + x] * k[i * w + x];
+            for (int x = 0; x < w; x++) k[i * w + x] = (double)(float)(k[i * w + x] / sqrt(a));
+        }
+        fill_normal(&rng, v, z.v, 1.0);
+        for (int64_t i = 0; i < z.beta; i++) beta[i] = (double)(float)(2.0 * rng_uniform(&rng));
+        for (int64_t i = 0; i < z.g; i++) g[i] = (double)(float)(-log1p(exp(-(rng_normal(&rng) + 2.0))));
+        upload(q_d, q, z.q), upload(k_d, k, z.k), upload(v_d, v, z.v), upload(beta_d, beta, z.beta);
+        upload(g_d, g, z.g);
+        CK(cudaMemset(o_d, 0xFF, sizeof(float) * (size_t)z.o)); /* NaN */
+        GdpDecodeArgs ag = {S_d, q_d, k_d, v_d, beta_d, c->gate ? g_d : NULL, mask_d, o_d};
+        GdpDesc df = d;
+        df.dtype = GDP_F32;
+        GdpStatus st = gdp_decode_step_cuda(&df, &ag, NULL);
+        if (st != GDP_OK) {
+            printf("  gdp_decode_step_cuda: status %d: %s\n", (int)st, gdp_last_error());
+            fails++;
+            break;
+        }
+        CK(cudaDeviceSynchronize());
+        GdpDecodeArgs ac = {S, q, k, v, beta, c->gate ? g : NULL, mask, o};
+        st = gdp_decode_step_cpu(&d, &ac);
+        if (st != GDP_OK) gdp_fatal("gdp_decode_step_cpu: %s", gdp_last_error());
+        double *og = from_dev(o_d, z.o), *Sg = from_dev(S_d, z.state);
+        double eo = rel_l2(og, o, z.o), es = rel_l2(Sg, S, z.state);
+        if (!(eo <= bound) || !(es <= bound)) {
+            if (fails < 3) printf("  step %d: o rel err %.3e, S rel err %.3e (bound %.0e)\n", step, eo, es, bound);
+            fails++;
+        }
+        if (!(eo <= *worst)) *worst = eo;
+        if (!(es <= *worst)) *worst = es;
+        free(og), free(Sg);
+    }
+    float *all[] = {S_d, q_d, k_d, v_d, beta_d, g_d, o_d, mask_d};
+    for (size_t i = 0; i < GDP_ARRAY_LEN(all); i++)
+        if (all[i]) CK(cudaFree(all[i]));
+    free(S), free(q), free(k), free(v), free(beta), free(g), free(o), free(mask);
+    return fails;
+}
+
+static const DecCase dec_cases[] = {
+    /* mode, B, H, K, V, n, gate */
+    {GDP_MODE_HOUSEHOLDER, 1, 1, 16, 16, 1, 1},
+    {GDP_MODE_HOUSEHOLDER, 2, 3, 32, 32, 2, 1},
+    {GDP_MODE_HOUSEHOLDER, 1, 2, 64, 100, 3, 0},
+    {GDP_MODE_HOUSEHOLDER, 3, 2, 128, 64, 2, 1},
+    {GDP_MODE_HOUSEHOLDER, 1, 1, 256, 256, 4, 1},
+    {GDP_MODE_HOUSEHOLDER, 2, 1, 100, 40, 1, 1},
+    {GDP_MODE_HOUSEHOLDER, 1, 2, 250, 33, 2, 0},
+    {GDP_MODE_HOUSEHOLDER, 4, 6, 128, 128, 2, 1},
+    {GDP_MODE_SPLIT, 1, 1, 16, 16, 2, 1},
+    {GDP_MODE_SPLIT, 2, 2, 64, 64, 2, 1},
+    {GDP_MODE_SPLIT, 1, 2, 128, 100, 4, 0},
+    {GDP_MODE_SPLIT, 1, 1, 256, 256, 2, 1},
+    {GDP_MODE_SPLIT, 2, 1, 96, 40, 3, 1},
+    {GDP_MODE_SPLIT, 1, 1, 64, 16, 1, 1},
+    {GDP_MODE_SPLIT, 1, 1, 64, 33, 64, 1},
+    {GDP_MODE_SPLIT, 3, 2, 200, 70, 4, 1},
+};
+
+GPU_TEST(decode_kernel_matches_cpu_f64) {
+    for (size_t i = 0; i < GDP_ARRAY_LEN(dec_cases); i++) {
+        const DecCase *c = &dec_cases[i];
+        double worst = 0;
+        int bad = kernel_case(c, 300 + i, 8, 1e-5, &worst);
+        printf("  %-5s B%d H%d K%d V%d n%d g%d: worst rel err %.2e  %s\n", c->mode == GDP_MODE_SPLIT ? "split" : "hh",
+               c->B, c->H, c->K, c->V, c->n, c->gate, worst, bad ? "FAIL" : "ok");
+        GPU_EXPECT(bad == 0, "decode kernel case %zu: %d of 8 steps over 1e-5", i, bad);
+    }
+}
+
+GPU_TEST(decode_kernel_error_paths) {
+    GdpDesc d;
+    memset(&d, 0, sizeof d);
+    d.mode = GDP_MODE_HOUSEHOLDER, d.B = 1, d.T = 1, d.H = 1, d.K = 300, d.V = 16, d.n = 1, d.dtype = GDP_F32;
+    char dummy[16];
+    GdpDecodeArgs a = {dummy, dummy, dummy, dummy, dummy, NULL, NULL, dummy};
+    GdpStatus st = gdp_decode_step_cuda(&d, &a, NULL);
+    GPU_EXPECT(st == GDP_ERR_UNSUPPORTED, "K=300: status %d, want GDP_ERR_UNSUPPORTED (%s)", (int)st, gdp_last_error());
+    d.K = 16, d.dtype = GDP_F64;
+    st = gdp_decode_step_cuda(&d, &a, NULL);
+    GPU_EXPECT(st == GDP_ERR_UNSUPPORTED, "f64: status %d, want GDP_ERR_UNSUPPORTED (%s)", (int)st, gdp_last_error());
+    d.dtype = GDP_F32, d.T = 2;
+    st = gdp_decode_step_cuda(&d, &a, NULL);
+    GPU_EXPECT(st == GDP_ERR_INVALID, "T=2: status %d, want GDP_ERR_INVALID (%s)", (int)st, gdp_last_error());
+    d.T = 1, a.S = NULL;
+    st = gdp_decode_step_cuda(&d, &a, NULL);
+    GPU_EXPECT(st == GDP_ERR_INVALID, "S NULL: status %d, want GDP_ERR_INVALID (%s)", (int)st, gdp_last_error());
+    CK(cudaDeviceSynchronize());
+}
+
+/* ---------------------------------------------------------------- the whole decode step vs the forward */
+/* Returns the number of failures; prints the worst per-position error. */
+static int model_case(ModelConfig c, const char *label, int T, uint64_t seed) {
+    Ctx *ctx = ctx_create(DEV_CUDA, ctx_default_sizes());
+    ParamStore ps;
+    Model m;
+    c.initializer_range = 0.2; /* far from the identity-like init: every part matters */
+    model_create(&m, &c, ctx, &ps, seed);
+    Rng rng;
+    rng_seed(&rng, seed + 100);
+    if (c.mode == GDP_MODE_SPLIT) { /* a random, non-identity mask in every layer */
+        const int r = c.num_householder;
+        for (int i = 0; i < c.num_hidden_layers; i++) {
+            Tensor *mk = m.blocks[i].attn.mask;
+            float *h = (float *)xmalloc((size_t)mk->numel * sizeof(float));
+            for (int64_t j = 0; j < mk->numel; j++) {
+                int e = (int)(j % (r * r));
+                h[j] = (float)((e / r == e % r ? 1.0 : 0.0) + 0.5 * rng_normal(&rng));
+            }
+            device_memcpy(mk->data, DEV_CUDA, h, DEV_CPU, (size_t)mk->numel * sizeof(float));
+            free(h);
+        }
+    }
+    int32_t *ids = (int32_t *)xmalloc((size_t)T * sizeof(int32_t));
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)rng_below(&rng, (uint64_t)c.vocab_size);
+    ctx->grad_enabled = false;
+    Tensor *ti = tensor_from_host(ctx, LIFE_ACT, GDP_I32, SHAPE(1, T), ids);
+    Tensor *logits = model_forward(&m, ti);
+    ctx_synchronize(ctx);
+    const int V = cfg_out_dim(&c);
+    double *full = (double *)xmalloc((size_t)T * V * sizeof(double));
+    tensor_to_doubles(logits, full);
+    DecodeState st;
+    decode_init(&st, &m);
+    float *step = (float *)xmalloc((size_t)V * sizeof(float));
+    double *stepd = (double *)xmalloc((size_t)V * sizeof(double));
+    int fails = 0;
+    double worst = 0;
+    for (int t = 0; t < T; t++) {
+        for (int v = 0; v < V; v++) step[v] = NAN;
+        decode_step(&st, ids[t], step);
+        for (int v = 0; v < V; v++) stepd[v] = step[v];
+        double e = rel_l2(stepd, full + (int64_t)t * V, V);
+        if (!(e <= worst)) worst = e;
+        if (!(e <= 1e-4)) {
+            if (fails < 3) printf("  %s: position %d: decode vs forward rel err %.3e\n", label, t, e);
+            fails++;
+        }
+    }
+    /* reset gives the first position again */
+    decode_reset(&st);
+    decode_step(&st, ids[0], step);
+    for (int v = 0; v < V; v++) stepd[v] = step[v];
+    double e0 = rel_l2(stepd, full, V);
+    if (!(e0 <= 1e-4)) {
+        printf("  %s: after decode_reset, position 0 rel err %.3e\n", label, e0);
+        fails++;
+    }
+    printf("  %-34s T=%d: worst rel err over positions %.2e, after reset %.2e  %s\n", label, T, worst, e0,
+           fails ? "FAIL" : "ok");
+    decode_free(&st);
+    free(ids), free(full), free(step), free(stepd);
+    model_free(&m);
+    params_free_store(&ps);
+    ctx_destroy(ctx);
+    return fails;
+}
+
+GPU_TEST(decode_cuda_matches_chunked_forward) {
+    ModelConfig c;
+    model_config_preset(&c, "tiny");
+    c.num_householder = 1;
+    GPU_EXPECT(model_case(c, "householder n_h=1", 72, 5) == 0, "householder n_h=1");
+    model_config_preset(&c, "tiny");
+    c.num_householder = 2;
+    GPU_EXPECT(model_case(c, "householder n_h=2", 72, 6) == 0, "householder n_h=2");
+    model_config_preset(&c, "tiny");
+    c.num_householder = 3;
+    GPU_EXPECT(model_case(c, "householder n_h=3", 72, 7) == 0, "householder n_h=3");
+    model_config_preset(&c, "tiny");
+    c.mode = GDP_MODE_SPLIT, c.num_householder = 2;
+    GPU_EXPECT(model_case(c, "split r=2, random mask", 72, 8) == 0, "split r=2");
+    model_config_preset(&c, "tiny");
+    c.mode = GDP_MODE_SPLIT, c.num_householder = 4, c.expand_v = 2;
+    GPU_EXPECT(model_case(c, "split r=4, expand_v 2, random mask", 72, 9) == 0, "split r=4");
+    model_config_preset(&c, "tiny");
+    c.use_short_conv = false, c.use_output_gate = false, c.use_forget_gate = false, c.num_householder = 3;
+    c.tie_word_embeddings = false, c.allow_neg_eigval = false;
+    GPU_EXPECT(model_case(c, "n_h=3 no conv/gates, untied", 72, 10) == 0, "plain variant");
+    model_config_preset(&c, "tiny");
+    c.conv_size = 2, c.expand_v = 2, c.num_householder = 2, c.num_heads = 4, c.head_dim = 16;
+    GPU_EXPECT(model_case(c, "conv 2, expand_v 2, 4 heads x 16", 72, 11) == 0, "conv 2 variant");
+}
+
+/* ---------------------------------------------------------------- small run for compute-sanitizer */
+static int sanitize_main(void) {
+    double worst;
+    int f = kernel_case(&dec_cases[1], 1, 2, 1e-5, &worst);
+    f += kernel_case(&dec_cases[12], 2, 2, 1e-5, &worst);
+    ModelConfig c;
+    model_config_preset(&c, "tiny");
+    c.mode = GDP_MODE_SPLIT;
+    f += model_case(c, "split r=2 (sanitize)", 4, 3);
+    printf("sanitize run: %s\n", f ? "FAILED" : "done");
+    return f ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--sanitize")) return sanitize_main();
+    if (argc == 1) return gpu_test_main();
+    int passed = 0, failed = 0;
+    for (int i = 0; i < gpu_n_tests_; i++) {
+        int want = 0;
+        for (int a = 1; a < argc; a++) want |= strstr(gpu_tests_[i].name, argv[a]) != NULL;
+        if (!want) continue;
+        int f = 0;
+        printf("-- %s\n", gpu_tests_[i].name);
+        fflush(stdout);
+        gpu_tests_[i].fn(&f);
+        if (f) failed++; else passed++;
+        printf("   %s\n", f ? "FAILED" : "ok");
+        fflush(stdout);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
