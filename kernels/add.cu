@@ -1,30 +1,19 @@
 #include "kernels/add.h"
+#include "kernels/column_sum.cuh"
 #include "kernels/common.cuh"
 
 template <typename T>
 __global__ void add_fwd_kernel(T *out, const T *a, const T *b, long long outer, long long inner) {
     long long n = outer * inner;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-        out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i % inner]));
+        out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[outer == 1 ? i : i % inner])); /* no 64-bit modulo when shapes match */
 }
 
-/* One block per 32 columns; each warp lane owns a column and the block's rows of threads split
- * the outer loop, then reduce through shared memory in a fixed order: deterministic. */
 template <typename T>
-__global__ void add_bwd_b_kernel(T *db, const T *dout, long long outer, long long inner, int accumulate) {
-    __shared__ float part[8][33];
-    long long j = blockIdx.x * 32LL + threadIdx.x;
-    float s = 0.f;
-    if (j < inner)
-        for (long long o = threadIdx.y; o < outer; o += blockDim.y) s += to_f32(dout[o * inner + j]);
-    part[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && j < inner) {
-        float t = 0.f;
-        for (int y = 0; y < (int)blockDim.y; y++) t += part[y][threadIdx.x];
-        db[j] = from_f32<T>(accumulate ? to_f32(db[j]) + t : t);
-    }
-}
+struct AddGrad {
+    const T *dout;
+    __device__ float operator()(long long i) const { return to_f32(dout[i]); }
+};
 
 extern "C" void add_forward_cuda(DType dt, void *out, const void *a, const void *b, int64_t outer, int64_t inner,
                                  void *stream) {
@@ -37,10 +26,15 @@ extern "C" void add_forward_cuda(DType dt, void *out, const void *a, const void 
 
 extern "C" void add_backward_b_cuda(DType dt, void *db, const void *dout, int64_t outer, int64_t inner, int accumulate,
                                     void *stream) {
-    if (inner == 0) return;
-    dim3 block(32, 8);
-    dim3 grid((unsigned)((inner + 31) / 32));
-    DISPATCH_F32_BF16(dt, "add", add_bwd_b_kernel<T><<<grid, block, 0, (cudaStream_t)stream>>>(
-                                     (T *)db, (const T *)dout, outer, inner, accumulate));
+    if (inner == 0 || outer == 0) return;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (outer == 1) { /* b has a's whole shape (a residual): a copy, or an elementwise add */
+        if (accumulate)
+            add_forward_cuda(dt, db, db, dout, 1, inner, stream);
+        else
+            CUDA_CHECK(cudaMemcpyAsync(db, dout, (size_t)inner * dtype_size(dt), cudaMemcpyDeviceToDevice, st));
+        return;
+    }
+    DISPATCH_F32_BF16(dt, "add", column_sum<T>((T *)db, AddGrad<T>{(const T *)dout}, outer, inner, accumulate, st));
     KERNEL_CHECK();
 }

@@ -3,33 +3,33 @@
 #include "kernels/common.cuh"
 #include "kernels/conv1d_causal.h"
 
-template <typename T>
-__global__ void conv_fwd_kernel(T *y, const T *x, const T *w, long long B, long long Tn, int C, int W) {
-    long long n = B * Tn * C;
-    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < n;
-         idx += (long long)gridDim.x * blockDim.x) {
+template <typename T, typename I> /* I: int when every index fits, else long long */
+__global__ void conv_fwd_kernel(T *y, const T *x, const T *w, I B, I Tn, int C, int W) {
+    I n = B * Tn * C;
+    for (I idx = blockIdx.x * (I)blockDim.x + threadIdx.x; idx < n;
+         idx += (I)gridDim.x * blockDim.x) {
         int c = (int)(idx % C);
-        long long row = idx / C, t = row % Tn;
+        I row = idx / C, t = row % Tn;
         float s = 0.f;
         for (int i = 0; i < W; i++) {
-            long long ts = t - W + 1 + i;
+            I ts = t - W + 1 + i;
             if (ts >= 0) s += to_f32(w[c * W + i]) * to_f32(x[(row - t + ts) * C + c]);
         }
         y[idx] = from_f32<T>(s);
     }
 }
 
-template <typename T>
-__global__ void conv_bwd_dx_kernel(T *dx, const T *dy, const T *w, long long B, long long Tn, int C, int W,
+template <typename T, typename I> /* I: int when every index fits, else long long */
+__global__ void conv_bwd_dx_kernel(T *dx, const T *dy, const T *w, I B, I Tn, int C, int W,
                                    int accumulate) {
-    long long n = B * Tn * C;
-    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < n;
-         idx += (long long)gridDim.x * blockDim.x) {
+    I n = B * Tn * C;
+    for (I idx = blockIdx.x * (I)blockDim.x + threadIdx.x; idx < n;
+         idx += (I)gridDim.x * blockDim.x) {
         int c = (int)(idx % C);
-        long long row = idx / C, t = row % Tn;
+        I row = idx / C, t = row % Tn;
         float s = 0.f;
         for (int i = 0; i < W; i++) {
-            long long to = t + W - 1 - i;
+            I to = t + W - 1 - i;
             if (to < Tn) s += to_f32(w[c * W + i]) * to_f32(dy[(row - t + to) * C + c]);
         }
         dx[idx] = from_f32<T>(accumulate ? to_f32(dx[idx]) + s : s);
@@ -82,8 +82,13 @@ extern "C" void conv1d_causal_forward_cuda(DType dt, void *y, const void *x, con
                                            int64_t C, int64_t W, void *stream) {
     long long n = B * Tlen * C;
     if (n == 0) return;
-    DISPATCH_F32_BF16(dt, "conv1d_causal", conv_fwd_kernel<T><<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(
-                                               (T *)y, (const T *)x, (const T *)w, B, Tlen, (int)C, (int)W));
+    /* 32-bit index arithmetic when it fits: the 64-bit divisions were most of this kernel's time */
+    if (n < (1LL << 30)) /* idx + the grid stride stays below 2^31 */
+        DISPATCH_F32_BF16(dt, "conv1d_causal", conv_fwd_kernel<T, int><<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(
+                                                   (T *)y, (const T *)x, (const T *)w, (int)B, (int)Tlen, (int)C, (int)W));
+    else
+        DISPATCH_F32_BF16(dt, "conv1d_causal", conv_fwd_kernel<T, long long><<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(
+                                                   (T *)y, (const T *)x, (const T *)w, B, Tlen, (int)C, (int)W));
     KERNEL_CHECK();
 }
 
@@ -91,9 +96,14 @@ extern "C" void conv1d_causal_backward_dx_cuda(DType dt, void *dx, const void *d
                                                int64_t C, int64_t W, int accumulate, void *stream) {
     long long n = B * Tlen * C;
     if (n == 0) return;
-    DISPATCH_F32_BF16(dt, "conv1d_causal", conv_bwd_dx_kernel<T><<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(
-                                               (T *)dx, (const T *)dy, (const T *)w, B, Tlen, (int)C, (int)W,
-                                               accumulate));
+    if (n < (1LL << 30)) /* idx + the grid stride stays below 2^31 */
+        DISPATCH_F32_BF16(dt, "conv1d_causal", conv_bwd_dx_kernel<T, int><<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(
+                                                   (T *)dx, (const T *)dy, (const T *)w, (int)B, (int)Tlen, (int)C,
+                                                   (int)W, accumulate));
+    else
+        DISPATCH_F32_BF16(dt, "conv1d_causal", conv_bwd_dx_kernel<T, long long><<<grid_for(n, 256), 256, 0,
+                                                   (cudaStream_t)stream>>>((T *)dx, (const T *)dy, (const T *)w, B,
+                                                                           Tlen, (int)C, (int)W, accumulate));
     KERNEL_CHECK();
 }
 

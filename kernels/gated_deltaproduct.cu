@@ -45,6 +45,8 @@ struct Params {
     bool veck, vecv; /* rows of K (V) elements may be moved 16 bytes at a time */
     bool fuse_out;   /* forward: the state pass writes o (and no h, Delta) */
     int ninv;        /* 65536/n + 1: p/n == (p*ninv) >> 16 exactly for p < 64 */
+    int sinv;        /* split mode: 65536/(K/n) + 1: x/(K/n) == (x*sinv) >> 16 exactly for x < 256 */
+    bool wsl8;       /* split mode: the slice width K/n is a multiple of 8 */
     float scale;
     const void *q, *k, *v, *beta, *d_o;
     const float *g, *mask, *h0, *dht;
@@ -163,6 +165,97 @@ __device__ __forceinline__ void load_q(const Params &P, const ChunkCtx &c, IT *s
               [&](int t, int, float v) { return rowf ? rowf[t] * v : v; });
 }
 
+/* ---------------------------------------------------------------- split-mode keys in shared memory */
+/* slice of key column x (< 256) in split mode, without a division */
+__device__ __forceinline__ int slice_of(const Params &P, int x) { return (x * P.sinv) >> 16; }
+
+/* 8 consecutive elements (16-byte aligned) of a shared tile as floats, and back */
+__device__ __forceinline__ void ld8(float (&v)[8], const __nv_bfloat16 *p) {
+    const uint4 u = *(const uint4 *)p;
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float2 f = __bfloat1622float2(h[j]);
+        v[2 * j] = f.x;
+        v[2 * j + 1] = f.y;
+    }
+}
+__device__ __forceinline__ void ld8(float (&v)[8], const float *p) {
+    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void st8(__nv_bfloat16 *p, const float (&v)[8]) {
+    uint4 u;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
+#pragma unroll
+    for (int j = 0; j < 4; j++) h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+    *(uint4 *)p = u;
+}
+__device__ __forceinline__ void st8(float *p, const float (&v)[8]) {
+    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+    *(float4 *)(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+/* f(r, x) for every 8-column group x of rows r < rows (cols % 8 == 0), spread over the block */
+template <class F> __device__ __forceinline__ void for_chunks8(int rows, int cols, F f) {
+    const int cpr = cols >> 3;
+    const FastDiv fd(cpr);
+    for (int e = threadIdx.x; e < rows * cpr; e += blockDim.x) {
+        const int r = fd.div(e);
+        f(r, (e - r * cpr) * 8);
+    }
+}
+
+/* Split mode: the key columns [c0, c0+cols) of the chunk's rows p = t*n + a sit in Kw (ld ldk), where
+ * row (t, b) holds k_t at least in slice b (raw keys loaded for every row, or write keys). Writes,
+ * for every row of every token, the read keys R(t,a)[x] = M[a, b(x)] k_t[x] into R (when R is not
+ * NULL) and, with mask_kw, the write keys Kw(t,a)[x] = [a == b(x)] k_t[x] in place. Tokens >= ct
+ * and columns >= K come out zero. One thread reads a token's 8-column group and then writes all of
+ * that token's rows of it, so R may be Kw itself (R rebuilt in place from write keys). cols % 8 == 0. */
+template <typename IT>
+__device__ void split_keys(const Params &P, const ChunkCtx &c, IT *Kw, int ldk, IT *R, int ldr, int c0, int cols,
+                           bool mask_kw) {
+    const int n = P.n, cpr = cols >> 3, ntok = (GDP_CHUNK + n - 1) / n;
+    const float *M = P.mask + (int64_t)c.h * n * n;
+    for (int e = threadIdx.x; e < ntok * cpr; e += blockDim.x) {
+        const int t = e / cpr, x = (e - t * cpr) * 8, X = c0 + x;
+        float v[8];
+        int b[8];
+        if (P.wsl8 && X + 8 <= P.K) { /* the group lies in one slice */
+            const int bb = slice_of(P, X);
+            if (t < c.ct) {
+                ld8(v, Kw + (t * n + bb) * ldk + x);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++) v[j] = 0.f;
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) b[j] = bb;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                b[j] = X + j < P.K ? slice_of(P, X + j) : -1;
+                v[j] = t < c.ct && b[j] >= 0 ? tof(Kw[(t * n + b[j]) * ldk + x + j]) : 0.f;
+            }
+        }
+        for (int a = 0; a < n; a++) {
+            const int row = t * n + a;
+            if (row >= GDP_CHUNK) break;
+            float o[8];
+            if (R) {
+#pragma unroll
+                for (int j = 0; j < 8; j++) o[j] = b[j] >= 0 ? __ldg(M + a * n + b[j]) * v[j] : 0.f;
+                st8(R + row * ldr + x, o);
+            }
+            if (mask_kw) {
+#pragma unroll
+                for (int j = 0; j < 8; j++) o[j] = b[j] == a ? v[j] : 0.f;
+                st8(Kw + row * ldk + x, o);
+            }
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- tables */
 __global__ void k_tables(Params P) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
@@ -247,7 +340,7 @@ template <typename IT> __device__ void load_gates(const Params &P, const ChunkCt
 }
 
 /* After A (fp32, finished, strictly "earlier" entries only) is in Af: Tf = (I + A)^-1 in fp32 and
- * conv(i, j, T_ij) for every entry. Diagonal 16x16 blocks by forward substitution, then the off-diagonal
+ * conv(i, j, T_ij, T_i,j+1) for every pair of entries (j even). Diagonal 16x16 blocks by forward substitution, then the off-diagonal
  * blocks by block substitution, T_IJ = -T_II sum_{M=J}^{I-1} A_IM T_MJ, by distance I-J = 1,2,3. */
 template <class Conv> __device__ void solve_T(const float *Af, float *Tf, float *Zs, Conv conv) {
     const int tid = threadIdx.x;
@@ -285,7 +378,10 @@ template <class Conv> __device__ void solve_T(const float *Af, float *Tf, float 
         }
         __syncthreads();
     }
-    for (int e = tid; e < 64 * 64; e += blockDim.x) conv(e >> 6, e & 63, Tf[(e >> 6) * LDA + (e & 63)]);
+    for (int e = tid; e < 64 * 32; e += blockDim.x) {
+        const int i = e >> 5, j = (e & 31) * 2;
+        conv(i, j, Tf[i * LDA + j], Tf[i * LDA + j + 1]);
+    }
     __syncthreads();
 }
 
@@ -371,9 +467,9 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_prep(Params
     for (int t = tid; t < 64; t += blockDim.x) P.G[c.ch * GDP_CHUNK + t] = S.Gs[t];
     build_A<IT>(P, c, S.Gs, S.br, S.b0, S.b1, S.b2, S.Af, true, S.Pacc);
     IT *Tg = P.Tsave ? (IT *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK) : nullptr;
-    solve_T(S.Af, S.Tf, S.Zs, [&](int i, int j, float t) {
-        S.Top[i * LDT + j] = fromf<IT>(t);
-        if (Tg) Tg[i * 64 + j] = fromf<IT>(t);
+    solve_T(S.Af, S.Tf, S.Zs, [&](int i, int j, float t0, float t1) {
+        store2(S.Top + i * LDT + j, t0, t1);
+        if (Tg) store2(Tg + i * 64 + j, t0, t1);
     });
     IT *W = (IT *)P.W + c.ch * P.sW, *U = (IT *)P.U + c.ch * P.sU;
     for (int kt = 0; kt < P.nkt + P.nvt; kt++) {
@@ -398,7 +494,7 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_prep(Params
  * once, loaded asynchronously; A and P are register tiles; W = (T diag(beta gamma)) R and
  * U = (T diag(beta)) V with the scaling folded into T. Used whenever it fits. */
 template <typename IT> struct Prep2Smem {
-    float *Gs, *br, *rowf, *Zs, *Af, *Tf;
+    float *Gs, *br, *rowf, *bg, *Zs, *Af, *Tf;
     IT *Kw, *R, *QV;
     __host__ __device__ static size_t carve(char *base, int KP, int VP, int Ctp, bool split, Prep2Smem *s) {
         Carve cv(base);
@@ -406,12 +502,14 @@ template <typename IT> struct Prep2Smem {
         t.Gs = cv.take<float>(64);
         t.br = cv.take<float>(64);
         t.rowf = cv.take<float>(64);
+        t.bg = cv.take<float>(64);
         t.Zs = cv.take<float>(768);
         const size_t afb = (size_t)64 * LDA * 4 > (size_t)2 * 64 * LDT * sizeof(IT) ? (size_t)64 * LDA * 4 : (size_t)2 * 64 * LDT * sizeof(IT);
         t.Af = (float *)cv.take<char>(afb);
         t.Tf = cv.take<float>(64 * LDA);
         t.Kw = cv.take<IT>((size_t)64 * (KP + 8));
-        t.R = split ? cv.take<IT>((size_t)64 * (KP + 8)) : t.Kw;
+        /* split mode: R shares the A region while A is formed when it fits there (rebuilt in Kw for W) */
+        t.R = !split ? t.Kw : (size_t)64 * (KP + 8) * sizeof(IT) <= afb ? (IT *)t.Af : cv.take<IT>((size_t)64 * (KP + 8));
         const size_t qv = (size_t)Ctp * (KP + 8) > (size_t)64 * (VP + 8) ? (size_t)Ctp * (KP + 8) : (size_t)64 * (VP + 8);
         t.QV = cv.take<IT>(qv);
         if (s) *s = t;
@@ -419,7 +517,7 @@ template <typename IT> struct Prep2Smem {
     }
 };
 
-template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_prep2(Params P) {
+template <typename IT> __global__ void __launch_bounds__(NTHREADS, sizeof(IT) == 2 ? 3 : 2) k_prep2(Params P) {
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
     if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
@@ -428,21 +526,23 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_prep2(Pa
     Prep2Smem<IT>::carve(smem, P.KP, P.VP, P.Ctp, !hh, &S);
     const int tid = threadIdx.x, KP = P.KP, VP = P.VP, ldk = KP + 8, ldv = VP + 8, Ctp = P.Ctp;
     auto krowp = [&](int r) { return r < c.lc ? krow<IT>(P, c.tok0, c.h, r) : (const IT *)nullptr; };
-    if (hh) {
-        cp_rows(S.Kw, ldk, 64, KP, 0, P.K, P.veck, krowp);
-    } else {
-        load_rows(S.Kw, ldk, 64, KP, 0, P.K, P.veck, krowp, [&](int r, int x, float v) { return kw_of(P, r, x, v); });
-        load_rows(S.R, ldk, 64, KP, 0, P.K, P.veck, krowp, [&](int r, int x, float v) { return r_of(P, c.h, r, x, v); });
-    }
+    /* raw keys (split mode: every row of a token holds the token's key; made into R and K_w below) */
+    cp_rows(S.Kw, ldk, 64, KP, 0, P.K, P.veck, krowp);
     cp_rows(S.QV, ldk, Ctp, KP, 0, P.K, P.veck,
             [&](int t) { return t < c.ct ? (const IT *)P.q + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.K : (const IT *)nullptr; });
     cp_commit();
     load_gates<IT>(P, c, S.Gs, S.br);
     cp_wait<0>();
     __syncthreads();
+    const bool r_in_a = !hh && (void *)S.R == (void *)S.Af;
+    if (!hh) {
+        split_keys<IT>(P, c, S.Kw, ldk, S.R, ldk, 0, KP, true);
+        __syncthreads();
+    }
     const float GL = S.Gs[c.ct - 1];
     for (int t = tid; t < 64; t += blockDim.x) {
         S.rowf[t] = t < c.lc ? __expf(GL - S.Gs[tokof(P, t)]) : 0.f;
+        S.bg[t] = S.br[t] * __expf(S.Gs[tokof(P, t)]); /* beta gamma per row (0 past lc) */
         P.G[c.ch * GDP_CHUNK + t] = S.Gs[t];
     }
     {
@@ -451,6 +551,7 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_prep2(Pa
         for (int i = 0; i < 16; i++) aA[i >> 2][i & 3] = aP[i >> 2][i & 3] = 0.f;
         tile_gemm(aA, 64, 64, smat(S.R, ldk), smat(S.Kw, ldk, true), KP);
         tile_gemm(aP, Ctp, 64, smat(S.QV, ldk), smat(S.Kw, ldk, true), KP);
+        if (r_in_a) __syncthreads(); /* R is read; A goes over it */
         tile_each(aA, 64, 64, [&](int i, int j, float v) {
             float a = 0.f;
             if (i < c.lc && j < c.lc && earlier(P, i, j)) a = S.br[i] * __expf(S.Gs[tokof(P, i)] - S.Gs[tokof(P, j)]) * v;
@@ -470,15 +571,20 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_prep2(Pa
     st_tile_f((IT *)P.Kwd + c.ch * P.sW, KP, S.Kw, ldk, 64, KP, [&](int r, int, IT v) { return fromf<IT>(S.rowf[r] * tof(v)); });
     IT *Tw = (IT *)S.Af, *Tu = Tw + 64 * LDT;
     IT *Tg = P.Tsave ? (IT *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK) : nullptr;
-    solve_T(S.Af, S.Tf, S.Zs, [&](int i, int j, float t) {
+    solve_T(S.Af, S.Tf, S.Zs, [&](int i, int j, float t0, float t1) {
         /* Af is dead once the merges are done (solve_T syncs before calling conv) */
-        const float bj = S.br[j];
-        Tw[i * LDT + j] = fromf<IT>(t * bj * __expf(S.Gs[tokof(P, j)]));
-        Tu[i * LDT + j] = fromf<IT>(t * bj);
-        if (Tg) Tg[i * 64 + j] = fromf<IT>(t);
+        store2(Tw + i * LDT + j, t0 * S.bg[j], t1 * S.bg[j + 1]);
+        store2(Tu + i * LDT + j, t0 * S.br[j], t1 * S.br[j + 1]);
+        if (Tg) store2(Tg + i * 64 + j, t0, t1);
     });
     IT *Wg = (IT *)P.W + c.ch * P.sW, *Ug = (IT *)P.U + c.ch * P.sU;
-    gemm_pairs(64, KP, smat(Tw, LDT), smat(S.R, ldk), 64, [&](int r, int cc, float v0, float v1) {
+    IT *R3 = S.R;
+    if (r_in_a) { /* Kwd is stored (solve_T synced): R again, in place of K_w */
+        split_keys<IT>(P, c, S.Kw, ldk, S.Kw, ldk, 0, KP, false);
+        __syncthreads();
+        R3 = S.Kw;
+    }
+    gemm_pairs(64, KP, smat(Tw, LDT), smat(R3, ldk), 64, [&](int r, int cc, float v0, float v1) {
         store2(Wg + (int64_t)r * KP + cc, v0, v1);
     });
     cp_wait<0>();
@@ -571,10 +677,14 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_state(Pa
         __syncthreads();
         const float gL = __expf(Gs[ct - 1]);
         if (fused) {
-            for (int e = threadIdx.x; e < Ctp * KP; e += blockDim.x) {
-                const int t = e / KP, x = e - t * KP;
-                if (t < ct) Qb[t * ldk + x] = fromf<IT>(P.scale * __expf(Gs[t]) * tof(Qb[t * ldk + x]));
-            }
+            for_chunks8(ct, KP, [&](int t, int x) {
+                float q[8];
+                ld8(q, Qb + t * ldk + x);
+                const float f = P.scale * __expf(Gs[t]);
+#pragma unroll
+                for (int j = 0; j < 8; j++) q[j] *= f;
+                st8(Qb + t * ldk + x, q);
+            });
         } else {
             st_tile((IT *)P.h + ch * P.sH + v0, P.VP, S.Sop, lds, KP, w);
         }
@@ -749,10 +859,14 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_dh(Params P
             cp_wait<0>();
             __syncthreads();
         }
-        for (int e = threadIdx.x; e < Ctp * KP; e += blockDim.x) {
-            const int t = e / KP, x = e - t * KP;
-            Qs[t * ldk + x] = fromf<IT>(S.qf[t] * tof(Qs[t * ldk + x]));
-        }
+        for_chunks8(Ctp, KP, [&](int t, int x) {
+            float q[8];
+            ld8(q, Qs + t * ldk + x);
+            const float f = S.qf[t];
+#pragma unroll
+            for (int j = 0; j < 8; j++) q[j] *= f;
+            st8(Qs + t * ldk + x, q);
+        });
         st_tile_f((IT *)P.dD + ch * P.sD + v0, P.VP, S.nD, lds, 64, w, [](int, int, IT v) { return fromf<IT>(-tof(v)); });
         acc_each(acc, KP, w, [&](int, int, float &v) { v *= gL; });
         __syncthreads();
@@ -835,11 +949,9 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a(Pa
     };
     cp_rows(S.Qs, LDT, Ctp, wk, c0, P.K, P.veck,
             [&](int t) { return t < c.ct ? (const IT *)P.q + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.K : (const IT *)nullptr; });
-    if (P.mode == GDP_MODE_HOUSEHOLDER)
-        cp_rows(S.Kws, LDT, 64, wk, c0, P.K, P.veck,
-                [&](int r) { return r < c.lc ? krow<IT>(P, c.tok0, c.h, r) : (const IT *)nullptr; });
-    else
-        load_kw<IT>(P, c, S.Kws, c0, wk);
+    /* raw keys (split mode: masked to K_w after the V loop) */
+    cp_rows(S.Kws, LDT, 64, wk, c0, P.K, P.veck,
+            [&](int r) { return r < c.lc ? krow<IT>(P, c.tok0, c.h, r) : (const IT *)nullptr; });
     issue(0, 0);
     float aQ[4][4], aK[4][4], aW[4][4], aP[4][4];
 #pragma unroll
@@ -857,10 +969,13 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a(Pa
         __syncthreads();
         IT *dOs = b ? S.dOs[1] : S.dOs[0], *Ds = b ? S.Ds[1] : S.Ds[0], *dDs = b ? S.dDs[1] : S.dDs[0];
         IT *Hs = b ? S.Hs[1] : S.Hs[0], *dHs = b ? S.dHs[1] : S.dHs[0];
-        for (int e = tid; e < wk * wv; e += blockDim.x) {
-            const int x = e / wv, y = e - x * wv;
-            hdh += tof(Hs[x * LDT + y]) * tof(dHs[x * LDT + y]);
-        }
+        for_chunks8(wk, wv, [&](int x, int y) {
+            float hv[8], dv[8];
+            ld8(hv, Hs + x * LDT + y);
+            ld8(dv, dHs + x * LDT + y);
+#pragma unroll
+            for (int j = 0; j < 8; j++) hdh += hv[j] * dv[j];
+        });
         tile_gemm(aQ, Ctp, wk, smat(dOs, LDT), smat(Hs, LDT, true), wv);
         tile_gemm(aK, 64, wk, smat(Ds, LDT), smat(dHs, LDT, true), wv);
         tile_gemm(aW, 64, wk, smat(dDs, LDT), smat(Hs, LDT, true), wv);
@@ -868,6 +983,7 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a(Pa
         __syncthreads();
         lastb = b;
     }
+    if (P.mode == GDP_MODE_SPLIT) split_keys<IT>(P, c, S.Kws, LDT, (IT *)nullptr, 0, c0, wk, true); /* synced below */
     /* the stage the last V tile used holds dS and the dW staging from here on */
     IT *const dOsL = lastb ? S.dOs[1] : S.dOs[0], *const dDsL = lastb ? S.dDs[1] : S.dDs[0];
     const float GL = S.Gs[c.ct - 1], gL = expf(GL);
@@ -902,11 +1018,11 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a(Pa
                [&](int i, float v) { S.dga[i] = -v; });
     {
         IT *dKwg = (IT *)P.dKw + c.ch * P.sW + c0;
-        const int hp = wk >> 1;
-        for (int e = tid; e < 64 * hp; e += blockDim.x) {
-            const int r = e / hp, x = (e - r * hp) * 2;
-            store2(dKwg + (int64_t)r * P.KP + x, S.dKst[r * LDF + x], S.dKst[r * LDF + x + 1]);
-        }
+        for_chunks8(64, wk, [&](int r, int x) {
+            float v[8];
+            ld8(v, S.dKst + r * LDF + x);
+            st8(dKwg + (int64_t)r * P.KP + x, v);
+        });
     }
     __syncthreads();
     if (warp == 0) {
@@ -1159,21 +1275,27 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_b(Param
     if (tid < 32 && P.dg) dg_scan(P, c, S.dGr);
 }
 
-/* ---------------------------------------------------------------- 7b. bwd_b, householder fast path */
-/* Same math as k_bwd_b with R = K_w = k: every tile arrives raw by cp.async, double-buffered over
- * the whole kernel (stages: dW|k per K tile, dDelta|v per V tile, dW|k|dKw per K tile), and the
- * beta, gamma scalings move into the epilogues: dT = (dW k^T) diag(beta gamma) + (dDelta v^T) diag(beta). */
+/* ---------------------------------------------------------------- 7b. bwd_b, fast path */
+/* Same math as k_bwd_b for householder mode (R = K_w = k) and, with SPLIT, for split mode with
+ * n*n <= GDP_SPLIT_FAST_RR: every tile arrives raw by cp.async, double-buffered over the whole
+ * kernel (stages: dW|k per K tile, dDelta|v per V tile, dW|k|dKw per K tile), and the beta, gamma
+ * scalings move into the epilogues: dT = (dW R^T) diag(beta gamma) + (dDelta v^T) diag(beta).
+ * Split mode makes R (and K_w) from the raw key tile in shared memory (split_keys): R in place of
+ * the raw tile in the first K pass; K_w in place and R into Yop (free by then) in the last. */
+constexpr int GDP_SPLIT_FAST_RR = 64;
 template <typename IT> struct BwdBhSmem {
-    float *Gs, *br, *dbr, *dGr, *part, *F1;
+    float *Gs, *br, *gam, *dbr, *dGr, *part, *dMs, *F1;
     IT *A[2], *B[2], *C[2], *Top, *dTop, *Yop, *Dp;
-    __host__ __device__ static size_t carve(char *base, BwdBhSmem *s) {
+    __host__ __device__ static size_t carve(char *base, int rr, BwdBhSmem *s) {
         Carve cv(base);
         BwdBhSmem t;
         t.Gs = cv.take<float>(64);
         t.br = cv.take<float>(64);
+        t.gam = cv.take<float>(64);
         t.dbr = cv.take<float>(64);
         t.dGr = cv.take<float>(64);
         t.part = cv.take<float>(128);
+        t.dMs = cv.take<float>(rr > 0 ? rr : 1);
         t.F1 = cv.take<float>(64 * LDF);
         for (int i = 0; i < 2; i++) {
             t.A[i] = cv.take<IT>(64 * LDT);
@@ -1189,17 +1311,20 @@ template <typename IT> struct BwdBhSmem {
     }
 };
 
-template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_hh(Params P) {
+template <typename IT, bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_hh(Params P) {
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
     if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
-    const int n = P.n, tid = threadIdx.x, nkt = P.nkt, nvt = P.nvt, NS = 2 * nkt + nvt;
+    const int n = P.n, tid = threadIdx.x, nkt = P.nkt, nvt = P.nvt, NS = 2 * nkt + nvt, rr = SPLIT ? n * n : 0;
     BwdBhSmem<IT> S;
-    BwdBhSmem<IT>::carve(smem, &S);
+    BwdBhSmem<IT>::carve(smem, rr, &S);
     const IT *dWg = (const IT *)P.dW + c.ch * P.sW, *dDg = (const IT *)P.dD + c.ch * P.sD;
     const IT *dKwg = (const IT *)P.dKw + c.ch * P.sW;
+    const float *Mh = SPLIT ? P.mask + (int64_t)c.h * rr : nullptr;
     auto krowp = [&](int r) { return r < c.lc ? krow<IT>(P, c.tok0, c.h, r) : (const IT *)nullptr; };
     auto vrowp = [&](int r) { return r < c.lc ? vrow<IT>(P, c.tok0, c.h, r) : (const IT *)nullptr; };
+    /* row j earlier than row i (split: an earlier token) */
+    auto before = [&](int i, int j) { return SPLIT ? tokof(P, j) < tokof(P, i) : j < i; };
     auto issue = [&](int st, int b) {
         IT *A = b ? S.A[1] : S.A[0], *B = b ? S.B[1] : S.B[0], *C = b ? S.C[1] : S.C[0];
         if (st < nkt) {
@@ -1225,10 +1350,13 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_hh
         S.dbr[i] = 0.f;
         S.dGr[i] = 0.f;
     }
+    if (SPLIT)
+        for (int i = tid; i < rr; i += blockDim.x) S.dMs[i] = 0.f;
     float aT1[4][4], aT2[4][4];
 #pragma unroll
     for (int i = 0; i < 16; i++) aT1[i >> 2][i & 3] = aT2[i >> 2][i & 3] = 0.f;
     IT *Dop = S.dTop;
+    bool gam_ready = false;
     for (int st = 0; st < NS; st++) {
         const int b = st & 1;
         if (st + 1 < NS) {
@@ -1238,9 +1366,17 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_hh
             cp_wait<0>();
         }
         __syncthreads();
+        if (!gam_ready) { /* Gs is complete after the first barrier */
+            for (int i = tid; i < 64; i += blockDim.x) S.gam[i] = i < c.lc ? __expf(S.Gs[tokof(P, i)]) : 0.f;
+            gam_ready = true;
+        }
         IT *A = b ? S.A[1] : S.A[0], *B = b ? S.B[1] : S.B[0], *C = b ? S.C[1] : S.C[0];
         if (st < nkt) {
-            const int wk = min(GDP_TILE, P.KP - st * GDP_TILE);
+            const int c0 = st * GDP_TILE, wk = min(GDP_TILE, P.KP - c0);
+            if (SPLIT) { /* R in place of the raw keys */
+                split_keys<IT>(P, c, B, LDT, B, LDT, c0, wk, false);
+                __syncthreads();
+            }
             tile_gemm(aT1, 64, 64, smat(A, LDT), smat(B, LDT, true), wk);
         } else if (st < nkt + nvt) {
             const int v0 = (st - nkt) * GDP_TILE, wv = min(GDP_TILE, P.VP - v0);
@@ -1249,23 +1385,44 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_hh
             __syncthreads();
             row_reduce(c.lc, wv, [&](int i, int x) { return S.F1[i * LDF + x] * tof(B[i * LDT + x]); },
                        [&](int i, float v) { S.dbr[i] += v; });
-            for (int e = tid; e < 64 * wv; e += blockDim.x) {
-                const int i = e / wv, x = e - i * wv;
-                C[i * LDT + x] = fromf<IT>(S.br[i] * S.F1[i * LDF + x]);
+            if (SPLIT) { /* dv_t = sum_a beta_(t,a) dX_v(t,a) */
+                for (int e = tid; e < c.ct * (wv >> 1); e += blockDim.x) {
+                    const int t = e / (wv >> 1), x = (e - t * (wv >> 1)) * 2;
+                    float s0 = 0.f, s1 = 0.f;
+                    for (int a = 0; a < n; a++) {
+                        const float bt = S.br[t * n + a];
+                        s0 += bt * S.F1[(t * n + a) * LDF + x];
+                        s1 += bt * S.F1[(t * n + a) * LDF + x + 1];
+                    }
+                    store2(C + t * LDT + x, s0, s1);
+                }
+            } else {
+                for_chunks8(64, wv, [&](int i, int x) {
+                    float f[8];
+                    ld8(f, S.F1 + i * LDF + x);
+                    const float bi = S.br[i];
+#pragma unroll
+                    for (int j = 0; j < 8; j++) f[j] *= bi;
+                    st8(C + i * LDT + x, f);
+                });
             }
             __syncthreads();
-            store_rows<IT>(C, LDT, c.lc, wv, v0, P.V, P.vecv,
-                           [&](int i) { return (IT *)P.dv + (((int64_t)c.tok0 * n + i) * P.H + c.h) * P.V; });
+            if (SPLIT)
+                store_rows<IT>(C, LDT, c.ct, wv, v0, P.V, P.vecv,
+                               [&](int t) { return (IT *)P.dv + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.V; });
+            else
+                store_rows<IT>(C, LDT, c.lc, wv, v0, P.V, P.vecv,
+                               [&](int i) { return (IT *)P.dv + (((int64_t)c.tok0 * n + i) * P.H + c.h) * P.V; });
             if (st == nkt + nvt - 1) {
-                /* dT (masked to the strictly-lower rows), dA = -T^T dT T^T, D = dA o E, Dp = diag(beta) D */
+                /* dT (masked to the earlier entries), dA = -T^T dT T^T, D = dA o E, Dp = diag(beta) D */
                 tile_each(aT1, 64, 64, [&](int i, int j, float v) {
                     float d = 0.f;
-                    if (i < c.lc && j < c.lc && j < i) d = v * S.br[j] * __expf(S.Gs[tokof(P, j)]);
+                    if (i < c.lc && j < c.lc && before(i, j)) d = v * S.br[j] * S.gam[j];
                     S.dTop[i * LDT + j] = fromf<IT>(d);
                 });
                 __syncthreads();
                 tile_each(aT2, 64, 64, [&](int i, int j, float v) {
-                    if (i < c.lc && j < c.lc && j < i)
+                    if (i < c.lc && j < c.lc && before(i, j))
                         S.dTop[i * LDT + j] = fromf<IT>(tof(S.dTop[i * LDT + j]) + v * S.br[j]);
                 });
                 __syncthreads();
@@ -1274,24 +1431,28 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_hh
                 __syncthreads();
                 gemm(64, 64, smat(S.Top, LDT, true), smat(S.Yop, LDT), 64, Zero(), [&](int i, int j, float v) {
                     float d = 0.f;
-                    if (i < c.lc && j < c.lc && j < i) d = -v * __expf(S.Gs[tokof(P, i)] - S.Gs[tokof(P, j)]);
+                    if (i < c.lc && j < c.lc && before(i, j)) d = -v * __expf(S.Gs[tokof(P, i)] - S.Gs[tokof(P, j)]);
                     Dop[i * LDT + j] = fromf<IT>(d);
                     S.Dp[i * LDT + j] = fromf<IT>(S.br[i] * d);
                 });
             }
         } else {
             const int c0 = (st - nkt - nvt) * GDP_TILE, wk = min(GDP_TILE, P.KP - c0);
+            IT *Rt = B; /* read keys; B holds the write keys */
+            if (SPLIT) { /* Yop is free after the dA products (synced at the end of the last stage) */
+                split_keys<IT>(P, c, B, LDT, S.Yop, LDT, c0, wk, true);
+                Rt = S.Yop;
+            }
             gemm(64, wk, smat(S.Top, LDT, true), smat(A, LDT), 64, Zero(), [&](int r, int cc, float v) { S.F1[r * LDF + cc] = v; });
             __syncthreads();
-            /* F1 = E = gamma dX_r + D k; C = dKw = dKw_a + Dp^T k */
-            gemm(64, wk, smat(Dop, LDT), smat(B, LDT), 64,
-                 [&](int r, int cc) { return r < c.lc ? __expf(S.Gs[tokof(P, r)]) * S.F1[r * LDF + cc] : 0.f; },
+            /* F1 = E = gamma dX_r + D Kw; C = dKw = dKw_a + Dp^T R */
+            gemm(64, wk, smat(Dop, LDT), smat(B, LDT), 64, [&](int r, int cc) { return S.gam[r] * S.F1[r * LDF + cc]; },
                  [&](int r, int cc, float v) { S.F1[r * LDF + cc] = v; });
-            gemm_rowdot(64, wk, smat(S.Dp, LDT, true), smat(B, LDT), 64, [&](int r, int cc) { return tof(C[r * LDT + cc]); },
+            gemm_rowdot(64, wk, smat(S.Dp, LDT, true), smat(Rt, LDT), 64, [&](int r, int cc) { return tof(C[r * LDT + cc]); },
                         [&](int r, int cc, float v) { C[r * LDT + cc] = fromf<IT>(v); },
                         [&](int r, int cc) { return tof(B[r * LDT + cc]); }, S.part);
             __syncthreads();
-            row_reduce(c.lc, wk, [&](int i, int x) { return S.F1[i * LDF + x] * tof(B[i * LDT + x]); },
+            row_reduce(c.lc, wk, [&](int i, int x) { return S.F1[i * LDF + x] * tof(Rt[i * LDT + x]); },
                        [&](int i, float v) {
                            const int tn = wk / 32;
                            float y2 = 0.f;
@@ -1299,17 +1460,55 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_hh
                            S.dbr[i] += v;
                            S.dGr[i] += S.br[i] * v - y2;
                        });
-            for (int e = tid; e < 64 * wk; e += blockDim.x) {
-                const int i = e / wk, x = e - i * wk;
-                A[i * LDT + x] = fromf<IT>(S.br[i] * S.F1[i * LDF + x] + tof(C[i * LDT + x]));
+            if (SPLIT) {
+                /* dk_t[x] = dKw_(t,b)[x] + sum_a M[a,b] beta_(t,a) E_(t,a)[x], b = slice of x */
+                for (int e = tid; e < c.ct * wk; e += blockDim.x) {
+                    const int t = e / wk, x = e - t * wk;
+                    float acc = 0.f;
+                    if (c0 + x < P.K) {
+                        const int bs = slice_of(P, c0 + x);
+                        acc = tof(C[(t * n + bs) * LDT + x]);
+                        for (int a = 0; a < n; a++) acc += __ldg(Mh + a * n + bs) * S.br[t * n + a] * S.F1[(t * n + a) * LDF + x];
+                    }
+                    A[t * LDT + x] = fromf<IT>(acc);
+                }
+                /* dM[a,b] += sum_t sum_{x in slice b} beta_(t,a) E_(t,a)[x] k_t[x] (k_t[x] = Kw_(t,b)[x]) */
+                const int warp = tid >> 5, lane = tid & 31, wsl = P.K / n;
+                for (int pr = warp; pr < rr; pr += NTHREADS / 32) {
+                    const int a = pr / n, bs = pr - a * n;
+                    const int xlo = max(bs * wsl, c0) - c0, xhi = min((bs + 1) * wsl, min(c0 + wk, P.K)) - c0;
+                    if (xhi <= xlo) continue;
+                    float s = 0.f;
+                    for (int t = 0; t < c.ct; t++) {
+                        float u = 0.f;
+                        for (int x = xlo + lane; x < xhi; x += 32) u += S.F1[(t * n + a) * LDF + x] * tof(B[(t * n + bs) * LDT + x]);
+                        s += S.br[t * n + a] * u;
+                    }
+                    s = warp_sum(s);
+                    if (lane == 0) S.dMs[pr] += s;
+                }
+            } else {
+                for_chunks8(64, wk, [&](int i, int x) {
+                    float f[8], cv[8];
+                    ld8(f, S.F1 + i * LDF + x);
+                    ld8(cv, C + i * LDT + x);
+                    const float bi = S.br[i];
+#pragma unroll
+                    for (int j = 0; j < 8; j++) f[j] = bi * f[j] + cv[j];
+                    st8(A + i * LDT + x, f);
+                });
             }
             __syncthreads();
-            store_rows<IT>(A, LDT, c.lc, wk, c0, P.K, P.veck,
-                           [&](int i) { return (IT *)P.dk + (((int64_t)c.tok0 * n + i) * P.H + c.h) * P.K; });
+            if (SPLIT)
+                store_rows<IT>(A, LDT, c.ct, wk, c0, P.K, P.veck,
+                               [&](int t) { return (IT *)P.dk + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.K; });
+            else
+                store_rows<IT>(A, LDT, c.lc, wk, c0, P.K, P.veck,
+                               [&](int i) { return (IT *)P.dk + (((int64_t)c.tok0 * n + i) * P.H + c.h) * P.K; });
         }
         __syncthreads();
     }
-    /* gate parts from bwd_a, dbeta, dg (reverse scan over the chunk's tokens) */
+    /* gate parts from bwd_a, dbeta, dg (reverse scan over the chunk's tokens), dM */
     const float *dga = P.dGa + c.ch * (int64_t)P.nkt * GDP_CHUNK;
     for (int i = tid; i < 64; i += blockDim.x) {
         float sum = S.dGr[i];
@@ -1317,7 +1516,16 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_hh
         S.dGr[i] = sum;
     }
     IT *dbeta = (IT *)P.dbeta;
-    for (int i = tid; i < c.lc; i += blockDim.x) dbeta[((int64_t)c.tok0 * n + i) * P.H + c.h] = fromf<IT>(S.dbr[i]);
+    if (SPLIT) {
+        for (int t = tid; t < c.ct; t += blockDim.x) {
+            float acc = 0.f;
+            for (int a = 0; a < n; a++) acc += S.dbr[t * n + a];
+            dbeta[(int64_t)(c.tok0 + t) * P.H + c.h] = fromf<IT>(acc);
+        }
+        for (int i = tid; i < rr; i += blockDim.x) P.dM[c.ch * rr + i] = S.dMs[i];
+    } else {
+        for (int i = tid; i < c.lc; i += blockDim.x) dbeta[((int64_t)c.tok0 * n + i) * P.H + c.h] = fromf<IT>(S.dbr[i]);
+    }
     __syncthreads();
     if (tid < 32 && P.dg) dg_scan(P, c, S.dGr);
 }
@@ -1370,7 +1578,11 @@ template <typename K> static GdpStatus launch(const char *who, const char *name,
                         "%s: this shape (K=%d, V=%d, n=%d) needs %zu bytes of shared memory in one kernel, the GPU "
                         "allows %d; use bf16 or smaller n",
                         who, P.K, P.V, P.n, smem, limit);
-    if (smem > 48 * 1024) GDP_CU(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (smem > 48 * 1024) {
+        GDP_CU(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        /* the largest shared-memory carveout, so that the occupancy the sizes allow is reached */
+        GDP_CU(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared));
+    }
     const bool prof = profiling();
     cudaEvent_t e0 = nullptr, e1 = nullptr;
     if (prof) {
@@ -1472,6 +1684,8 @@ static void fill_params(const GdpDesc *d, const GdpPlan &pl, void *ws, Params &P
     P.nvt = pl.nvt;
     P.scale = (float)gdp_effective_scale(d);
     P.ninv = 65536 / d->n + 1;
+    P.sinv = 65536 / (d->K / d->n > 0 ? d->K / d->n : 1) + 1;
+    P.wsl8 = (d->K / d->n) % 8 == 0;
     P.cu = d->cu_seqlens;
     char *w = (char *)ws;
     P.seq = (GdpSeqInfo *)(w + pl.o_seq);
@@ -1574,9 +1788,11 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
     LAUNCH(k_dh<IT>, dim3(P.N * P.H, (P.VP + P.bv - 1) / P.bv), DhSmem<IT>::carve(nullptr, pl.KP, pl.Ctp, P.bv, P.nst, nullptr));
     LAUNCH(k_bwd_a<IT>, dim3(P.NCmax, P.H, P.nkt), BwdASmem<IT>::carve(nullptr, pl.Ctp, pl.nvt, nullptr));
     const int rr = d->mode == GDP_MODE_SPLIT ? d->n * d->n : 0;
-    const size_t sbh = BwdBhSmem<IT>::carve(nullptr, nullptr);
+    const size_t sbh = BwdBhSmem<IT>::carve(nullptr, rr, nullptr);
     if (d->mode == GDP_MODE_HOUSEHOLDER && sbh <= (size_t)limit)
-        LAUNCH(k_bwd_b_hh<IT>, dim3(P.NCmax, P.H), sbh);
+        LAUNCH((k_bwd_b_hh<IT, false>), dim3(P.NCmax, P.H), sbh);
+    else if (d->mode == GDP_MODE_SPLIT && rr <= GDP_SPLIT_FAST_RR && sbh <= (size_t)limit)
+        LAUNCH((k_bwd_b_hh<IT, true>), dim3(P.NCmax, P.H), sbh);
     else
         LAUNCH(k_bwd_b<IT>, dim3(P.NCmax, P.H), BwdBSmem<IT>::carve(nullptr, rr, nullptr));
     if (rr && P.dmask) {

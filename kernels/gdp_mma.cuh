@@ -17,6 +17,18 @@
 
 namespace gdp {
 
+/* e / d for 0 <= e, 0 < d: a shift when d is a power of two (the tile widths
+ * and chunk counts here almost always are), the division otherwise. */
+struct FastDiv {
+    int d, sh;
+    __device__ __forceinline__ explicit FastDiv(int d_) : d(d_), sh(-1) {
+#ifdef __CUDA_ARCH__
+        if ((d_ & (d_ - 1)) == 0) sh = __ffs(d_) - 1;
+#endif
+    }
+    __device__ __forceinline__ int div(int e) const { return sh >= 0 ? e >> sh : e / d; }
+};
+
 template <typename T> struct SMat {
     T *p;
     int ld;
@@ -252,8 +264,9 @@ template <typename T, class F>
 __device__ __forceinline__ void st_tile_f(T *g, int64_t ldg, const T *s, int lds, int rows, int cols, F f) {
     constexpr int E = 16 / sizeof(T);
     const int cpr = cols / E;
+    const FastDiv fd(cpr);
     for (int e = threadIdx.x; e < rows * cpr; e += blockDim.x) {
-        const int r = e / cpr, c = (e - r * cpr) * E;
+        const int r = fd.div(e), c = (e - r * cpr) * E;
         uint4 u = *(const uint4 *)(s + r * lds + c);
         T *el = (T *)&u;
 #pragma unroll
@@ -277,8 +290,9 @@ template <> __device__ __forceinline__ __nv_bfloat16 fromf<__nv_bfloat16>(float 
 template <typename T, class RowP, class F>
 __device__ __forceinline__ void load_rows(T *s, int lds, int rows, int cols, int c0, int lim, bool vec, RowP rowp, F f) {
     const int cpr = cols >> 3;
+    const FastDiv fd(cpr);
     for (int e = threadIdx.x; e < rows * cpr; e += blockDim.x) {
-        const int r = e / cpr, x = (e - r * cpr) * 8;
+        const int r = fd.div(e), x = (e - r * cpr) * 8;
         const T *p = rowp(r);
         float v[8];
         if (p && vec && c0 + x + 8 <= lim) {
@@ -349,8 +363,9 @@ template <class F> __device__ __forceinline__ void tile_each(float (&acc)[4][4],
 template <typename T, class ST, class RowP>
 __device__ __forceinline__ void store_rows(const ST *s, int lds, int rows, int cols, int c0, int lim, bool vec, RowP rowp) {
     const int cpr = cols >> 3;
+    const FastDiv fd(cpr);
     for (int e = threadIdx.x; e < rows * cpr; e += blockDim.x) {
-        const int r = e / cpr, x = (e - r * cpr) * 8;
+        const int r = fd.div(e), x = (e - r * cpr) * 8;
         T *p = rowp(r);
         if (!p) continue;
         if (vec && c0 + x + 8 <= lim) {

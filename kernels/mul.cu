@@ -1,3 +1,4 @@
+#include "kernels/column_sum.cuh"
 #include "kernels/common.cuh"
 #include "kernels/mul.h"
 
@@ -5,28 +6,16 @@ template <typename T>
 __global__ void mul_fwd_kernel(T *out, const T *a, const T *b, long long outer, long long inner, int accumulate) {
     long long n = outer * inner;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        float v = to_f32(a[i]) * to_f32(b[i % inner]);
+        float v = to_f32(a[i]) * to_f32(b[outer == 1 ? i : i % inner]);
         out[i] = from_f32<T>(accumulate ? to_f32(out[i]) + v : v);
     }
 }
 
-/* As add's column reduction: 32 columns per block, 8 rows of threads split the outer loop, then a
- * fixed-order sum through shared memory (deterministic). */
 template <typename T>
-__global__ void mul_bwd_b_kernel(T *db, const T *dout, const T *a, long long outer, long long inner, int accumulate) {
-    __shared__ float part[8][33];
-    long long j = blockIdx.x * 32LL + threadIdx.x;
-    float s = 0.f;
-    if (j < inner)
-        for (long long o = threadIdx.y; o < outer; o += blockDim.y) s += to_f32(dout[o * inner + j]) * to_f32(a[o * inner + j]);
-    part[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && j < inner) {
-        float t = 0.f;
-        for (int y = 0; y < (int)blockDim.y; y++) t += part[y][threadIdx.x];
-        db[j] = from_f32<T>(accumulate ? to_f32(db[j]) + t : t);
-    }
-}
+struct MulGrad {
+    const T *dout, *a;
+    __device__ float operator()(long long i) const { return to_f32(dout[i]) * to_f32(a[i]); }
+};
 
 extern "C" void mul_forward_cuda(DType dt, void *out, const void *a, const void *b, int64_t outer, int64_t inner,
                                  int accumulate, void *stream) {
@@ -44,9 +33,7 @@ extern "C" void mul_backward_b_cuda(DType dt, void *db, const void *dout, const 
         mul_forward_cuda(dt, db, dout, a, 1, inner, accumulate, stream);
         return;
     }
-    dim3 block(32, 8);
-    dim3 grid((unsigned)((inner + 31) / 32));
-    DISPATCH_F32_BF16(dt, "mul", mul_bwd_b_kernel<T><<<grid, block, 0, (cudaStream_t)stream>>>(
-                                     (T *)db, (const T *)dout, (const T *)a, outer, inner, accumulate));
+    DISPATCH_F32_BF16(dt, "mul", column_sum<T>((T *)db, MulGrad<T>{(const T *)dout, (const T *)a}, outer, inner,
+                                               accumulate, (cudaStream_t)stream));
     KERNEL_CHECK();
 }

@@ -83,19 +83,20 @@ Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Ten
     const bool split = c->mode == GDP_MODE_SPLIT;
     const int64_t norm_group = split ? K / c->num_householder : K;
 
-    Tensor *q = conv_silu(ctx, linear_forward(ctx, x, l->q_proj), l->q_conv);
-    Tensor *k = conv_silu(ctx, linear_forward(ctx, x, l->k_proj), l->k_conv);
-    Tensor *v = conv_silu(ctx, linear_forward(ctx, x, l->v_proj), l->v_conv);
+    Tensor *xr = linear_flatten(ctx, x); /* read by every projection */
+    Tensor *q = conv_silu(ctx, linear_forward_rows(ctx, xr, l->q_proj, x), l->q_conv);
+    Tensor *k = conv_silu(ctx, linear_forward_rows(ctx, xr, l->k_proj, x), l->k_conv);
+    Tensor *v = conv_silu(ctx, linear_forward_rows(ctx, xr, l->v_proj, x), l->v_conv);
     q = op_l2norm(ctx, q, norm_group, L2NORM_EPS);
     k = op_l2norm(ctx, k, norm_group, L2NORM_EPS);
 
-    Tensor *beta = op_sigmoid(ctx, linear_forward(ctx, x, l->b_proj));
+    Tensor *beta = op_sigmoid(ctx, linear_forward_rows(ctx, xr, l->b_proj, x));
     if (c->allow_neg_eigval) beta = op_scale(ctx, beta, 2.0);
 
     Tensor *g = NULL;
     if (c->use_forget_gate) {
         /* g = -exp(A_log) * softplus(a_proj x + dt_bias), float32 (the model's dtype here). */
-        Tensor *a = op_add(ctx, linear_forward(ctx, x, l->a_proj), l->dt_bias);
+        Tensor *a = op_add(ctx, linear_forward_rows(ctx, xr, l->a_proj, x), l->dt_bias);
         Tensor *neg_A = op_scale(ctx, op_exp(ctx, l->A_log), -1.0);
         g = op_mul(ctx, op_softplus(ctx, a), neg_A);
     }
@@ -125,7 +126,7 @@ Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Ten
     if (bf16_op) o = op_cast(ctx, o, GDP_F32);
 
     if (l->g_proj) {
-        Tensor *z = op_reshape(ctx, linear_forward(ctx, x, l->g_proj), SHAPE(B, T, H, V));
+        Tensor *z = op_reshape(ctx, linear_forward_rows(ctx, xr, l->g_proj, x), SHAPE(B, T, H, V));
         o = op_gated_rmsnorm(ctx, o, z, l->o_norm, c->norm_eps);
     } else {
         o = op_rmsnorm(ctx, o, l->o_norm, c->norm_eps);

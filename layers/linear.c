@@ -21,3 +21,17 @@ Tensor *linear_forward(Ctx *ctx, Tensor *x, Tensor *w) {
     shape[x->ndim - 1] = w->shape[0];
     return op_reshape(ctx, y2, x->ndim, shape);
 }
+
+Tensor *linear_flatten(Ctx *ctx, Tensor *x) {
+    return x->ndim == 2 ? x : op_reshape(ctx, x, SHAPE(x->numel / x->shape[x->ndim - 1], x->shape[x->ndim - 1]));
+}
+
+Tensor *linear_forward_rows(Ctx *ctx, Tensor *rows, Tensor *w, const Tensor *x) {
+    GDP_CHECK(rows->ndim == 2 && rows->numel == x->numel, "linear '%s': rows and x do not match", w->name);
+    Tensor *y2 = linear_forward(ctx, rows, w);
+    if (x->ndim == 2) return y2;
+    int64_t shape[GDP_MAX_DIMS];
+    for (int i = 0; i < x->ndim - 1; i++) shape[i] = x->shape[i];
+    shape[x->ndim - 1] = w->shape[0];
+    return op_reshape(ctx, y2, x->ndim, shape);
+}

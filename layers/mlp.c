@@ -16,7 +16,8 @@ void mlp_new(Mlp *m, ParamMaker *pm, const ModelConfig *c, const char *prefix) {
 }
 
 Tensor *mlp_forward(Ctx *ctx, const Mlp *m, Tensor *x) {
-    Tensor *gate = linear_forward(ctx, x, m->gate_proj);
-    Tensor *up = linear_forward(ctx, x, m->up_proj);
+    Tensor *xr = linear_flatten(ctx, x);
+    Tensor *gate = linear_forward_rows(ctx, xr, m->gate_proj, x);
+    Tensor *up = linear_forward_rows(ctx, xr, m->up_proj, x);
     return linear_forward(ctx, op_swiglu(ctx, gate, up), m->down_proj);
 }
