@@ -4,6 +4,7 @@
 #pragma once
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef void (*GpuTestFn)(int *failures);
 typedef struct GpuTest {
@@ -32,16 +33,23 @@ static int gpu_n_tests_;
         }                                                                                \
     } while (0)
 
-static inline int gpu_test_main(void) {
+/* Runs every test, or with names (argv[1..]) only those whose name contains one of them. */
+static inline int gpu_test_run(int argc, char **argv) {
     int passed = 0, failed = 0;
     for (int i = 0; i < gpu_n_tests_; i++) {
+        int want = argc <= 1;
+        for (int a = 1; a < argc; a++) want |= strstr(gpu_tests_[i].name, argv[a]) != NULL;
+        if (!want) continue;
         int f = 0;
         printf("-- %s\n", gpu_tests_[i].name);
         fflush(stdout);
         gpu_tests_[i].fn(&f);
         if (f) failed++; else passed++;
         printf("   %s\n", f ? "FAILED" : "ok");
+        fflush(stdout);
     }
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
+
+static inline int gpu_test_main(void) { return gpu_test_run(0, NULL); }

@@ -552,20 +552,5 @@ static int sanitize_main(void) {
 /* test_gpu_gdp [NAME...]: with names, only the tests whose name contains one of them. */
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--sanitize")) return sanitize_main();
-    if (argc == 1) return gpu_test_main();
-    int passed = 0, failed = 0;
-    for (int i = 0; i < gpu_n_tests_; i++) {
-        int want = 0;
-        for (int a = 1; a < argc; a++) want |= strstr(gpu_tests_[i].name, argv[a]) != NULL;
-        if (!want) continue;
-        int f = 0;
-        printf("-- %s\n", gpu_tests_[i].name);
-        fflush(stdout);
-        gpu_tests_[i].fn(&f);
-        if (f) failed++; else passed++;
-        printf("   %s\n", f ? "FAILED" : "ok");
-        fflush(stdout);
-    }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return gpu_test_run(argc, argv);
 }
