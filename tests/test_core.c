@@ -24,6 +24,30 @@ START_TEST(arena_aligns_and_rewinds) {
 }
 END_TEST
 
+/* After a step the arenas shrink to their high-water mark (+ margin) and still serve that step. */
+START_TEST(ctx_fit_arenas_shrinks_to_the_step) {
+    Ctx *ctx = ctx_create(DEV_CPU, ctx_default_sizes());
+    size_t before = ctx->acts.capacity;
+    uint64_t seed = 5;
+    double first = 0, second = 0;
+    for (int step = 0; step < 2; step++) {
+        uint64_t s = seed;
+        Tensor *x = gc_random(ctx, GDP_F64, &s, -1, 1, SHAPE(32, 32));
+        Tensor *loss = op_sum(ctx, op_mul(ctx, x, op_sigmoid(ctx, x)));
+        tape_backward(ctx, loss);
+        double v[32 * 32];
+        tensor_to_doubles(x->grad, v);
+        *(step ? &second : &first) = v[17];
+        ctx_step_reset(ctx);
+        if (step == 0) ctx_fit_arenas(ctx, true, true, true, 0.10);
+    }
+    ck_assert_uint_lt(ctx->acts.capacity, before);
+    ck_assert_uint_le(ctx->acts.capacity, ctx->acts.high_water * 2 + ((size_t)16 << 20));
+    ck_assert_double_eq(first, second);
+    ctx_destroy(ctx);
+}
+END_TEST
+
 START_TEST(arena_exhaustion_is_a_clear_error) {
     Arena a;
     arena_init(&a, "tiny", DEV_CPU, 1024, "raise --tiny-mem");
@@ -208,6 +232,7 @@ static Suite *make_suite(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, arena_aligns_and_rewinds);
     tcase_add_exit_test(tc, arena_exhaustion_is_a_clear_error, 1);
+    tcase_add_test(tc, ctx_fit_arenas_shrinks_to_the_step);
     tcase_add_test(tc, add_forward_hand_case);
     tcase_add_test(tc, fan_out_accumulates_gradients);
     tcase_add_test(tc, nodes_without_a_path_are_skipped);

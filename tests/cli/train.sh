@@ -44,6 +44,13 @@ grep -q "0.127M parameters" "$TMP/out" && ok "parameter count printed" || bad "p
 [ -s "$R/ckpt_00000012.h5" ] && [ -s "$R/ckpt_00000006.h5" ] && ok "checkpoints at 6 and 12" || bad "checkpoints: $(ls "$R")"
 [ "$(cat "$R/latest")" = "ckpt_00000012.h5" ] && ok "latest names step 12" || bad "latest: $(cat "$R/latest")"
 
+# ---- --profile prints a per-op table; --bucket-mb is accepted (one rank: no buckets)
+expect_exit 0 "profile over 2 step(s)" "train --profile" "$GDP" train --data "$T" --steps 3 --batch 2 --seq 16 \
+    --profile --bucket-mb 1 --quiet
+grep -q "gated_deltaproduct" "$TMP/out" && grep -q "(clip + adamw)" "$TMP/out" && ok "profile names the GDP op and AdamW" ||
+    bad "profile table"
+expect_exit 2 "out of range" "negative --bucket-mb" "$GDP" train --data "$T" --bucket-mb -1
+
 # ---- the config file the run wrote trains the same model
 expect_exit 0 "0.127M parameters" "train --config config.txt" "$GDP" train --data "$T" --config "$R/config.txt" \
     --steps 2 --warmup 1 --batch 2 --seq 16 --out "$TMP/run_cfg"
