@@ -1,6 +1,7 @@
 #!/bin/bash
 # One device call for everything that needs the GPU machine: build, make test-gpu, the vectors on
-# CUDA, a short `small` training run on the GPU (tokens/s), a `base` step-time probe, the Python
+# CUDA, a short `small` training run on the GPU (tokens/s), `base` tokens/s at n_h 1/2/3 and its op profile
+# (alone on the GPU), then the Python
 # checks (fla export, ctypes), compute-sanitizer on the op tests. Logs under $OUT, a table last.
 # Needs in carry: .carry (test vectors, fla) and data_cache/gcide (gcide.dict.dz).
 set -u
@@ -23,9 +24,16 @@ run prepare 60 build/gdp prepare --input data_cache/gcide/gcide.dict.dz --out /t
 run train-small 150 build/gdp train --preset small --device cuda --data /tmp/gcide --steps 300 --stop-at 120 --batch 16 --seq 512 --lr 1e-3 --eval-every 60 --print-every 20 --out "$OUT/small"
 grep -E "^step|done|model:" "$OUT/train-small.log" | tail -6
 run gen-small 30 build/gdp generate --checkpoint "$OUT/small" --prompt "Water, n. " --tokens 60
-run py-checks 200 sh scripts/gpu_python_checks.sh
-run train-base 120 build/gdp train --preset base --device cuda --data /tmp/gcide --steps 8 --batch 8 --seq 2048 --eval-every 0 --print-every 1
-grep -E "^step|done|model:" "$OUT/train-base.log" | tail -4
+# base (the peer's config: vocab 32000, untied) alone on the GPU: nothing else may run beside a timing
+for nh in 1 2 3; do
+    run train-base-nh$nh 60 build/gdp train --preset base --set num_householder=$nh --set vocab_size=32000 --device cuda \
+        --data /tmp/gcide --steps 10 --batch 8 --seq 2048 --eval-every 0 --print-every 1
+    grep -E "^step +10/|^memory" "$OUT/train-base-nh$nh.log"
+done
+run profile-base 60 build/gdp train --preset base --set vocab_size=32000 --device cuda --data /tmp/gcide --steps 4 \
+    --batch 8 --seq 2048 --eval-every 0 --quiet --profile
+sed -n '/profile over/,$p' "$OUT/profile-base.log" | head -24
+run py-checks 260 sh scripts/gpu_python_checks.sh
 run memcheck-ops 150 compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/gpu/test_gpu_ops
 rm -rf "$OUT/small"/ckpt_* 2>/dev/null
 echo; cat "$OUT/gpu.txt"; printf '%s\n' "${rows[@]}"; echo "total $(( $(date +%s) - T0 )) s"
