@@ -46,6 +46,14 @@ static float *host_copy(const float *d, int64_t n) {
 
 static float value_of(int rank, int64_t i) { return (float)((rank + 1) * 0.5 + 0.001 * (double)(i % 997)); }
 
+/* Rank 0 removes a test folder both ranks used (call after a barrier). */
+static void remove_on_root(const Dist *D, const char *dir) {
+    if (D->rank != 0) return;
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
 START_TEST(ranks_and_world) {
     ck_assert_int_eq(D.world, 2);
     ck_assert(D.rank == 0 || D.rank == 1);
@@ -278,11 +286,7 @@ START_TEST(checkpoint_under_zero1_holds_full_state) {
     for (int k = 0; k < 3; k++) free(hp[k]), free(zp[k]), free(sp[k]), free(z1p[k]);
     int all_same = (int)dist_sum_i64(&D, shard_same);
     dist_barrier(&D);
-    if (D.rank == 0) {
-        char cmd[256];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-    }
+    remove_on_root(&D, dir);
     ck_assert(dir[0]);
     ck_assert_int_eq(have_path, D.rank == 0);
     ck_assert_int_eq(info.world_size, 2);
@@ -440,11 +444,7 @@ START_TEST(trainer_bucketed_weights_bit_identical) {
         }
     dist_broadcast_bytes(&D, same, sizeof same);
     dist_barrier(&D);
-    if (D.rank == 0) {
-        char cmd[256];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-    }
+    remove_on_root(&D, dir);
     ck_assert(dir[0]);
     ck_assert_msg(same[0], "ZeRO-0: bucketed and unbucketed 2-rank runs end with different weights");
     ck_assert_msg(same[1], "ZeRO-1: bucketed and unbucketed 2-rank runs end with different weights");

@@ -25,24 +25,9 @@
 #include "kernels/gdp_decode.h"
 #include "layers/decode.h"
 #include "layers/model.h"
+#include "core/cuda_check.h"
+#include "core/gradcheck.h" /* rel_l2 */
 #include "tests/gpu/gpu_test.h"
-
-#define CK(call)                                                                                        \
-    do {                                                                                                \
-        cudaError_t e_ = (call);                                                                        \
-        if (e_ != cudaSuccess) gdp_fatal("CUDA call failed: %s: %s", #call, cudaGetErrorString(e_));     \
-    } while (0)
-
-/* relative L2 error; NaN or Inf anywhere gives +Inf */
-static double rel_l2(const double *x, const double *ref, int64_t n) {
-    double e = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(x[i])) return INFINITY;
-        e += (x[i] - ref[i]) * (x[i] - ref[i]);
-        r += ref[i] * ref[i];
-    }
-    return r > 0 ? sqrt(e / r) : sqrt(e);
-}
 
 /* ---------------------------------------------------------------- the kernel alone */
 typedef struct DecCase {
@@ -59,8 +44,8 @@ static float *to_dev(const double *x, int64_t n) {
     float *h = (float *)xmalloc((size_t)n * sizeof(float));
     for (int64_t i = 0; i < n; i++) h[i] = (float)x[i];
     float *d;
-    CK(cudaMalloc((void **)&d, (size_t)n * sizeof(float)));
-    CK(cudaMemcpy(d, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMalloc((void **)&d, (size_t)n * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(d, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
     free(h);
     return d;
 }
@@ -68,13 +53,13 @@ static float *to_dev(const double *x, int64_t n) {
 static void upload(float *d, const double *x, int64_t n) {
     float *h = (float *)xmalloc((size_t)n * sizeof(float));
     for (int64_t i = 0; i < n; i++) h[i] = (float)x[i];
-    CK(cudaMemcpy(d, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
     free(h);
 }
 
 static double *from_dev(const float *d, int64_t n) {
     float *h = (float *)xmalloc((size_t)n * sizeof(float));
-    CK(cudaMemcpy(h, d, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(h, d, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost));
     double *x = (double *)xmalloc((size_t)n * sizeof(double));
     for (int64_t i = 0; i < n; i++) x[i] = h[i];
     free(h);
@@ -103,12 +88,12 @@ static int kernel_case(const DecCase *c, uint64_t seed, int steps, double bound,
     }
     float *S_d = to_dev(S, z.state), *mask_d = mask ? to_dev(mask, z.mask) : NULL;
     float *q_d, *k_d, *v_d, *beta_d, *g_d, *o_d;
-    CK(cudaMalloc((void **)&q_d, sizeof(float) * (size_t)z.q));
-    CK(cudaMalloc((void **)&k_d, sizeof(float) * (size_t)z.k));
-    CK(cudaMalloc((void **)&v_d, sizeof(float) * (size_t)z.v));
-    CK(cudaMalloc((void **)&beta_d, sizeof(float) * (size_t)z.beta));
-    CK(cudaMalloc((void **)&g_d, sizeof(float) * (size_t)z.g));
-    CK(cudaMalloc((void **)&o_d, sizeof(float) * (size_t)z.o));
+    CUDA_CHECK(cudaMalloc((void **)&q_d, sizeof(float) * (size_t)z.q));
+    CUDA_CHECK(cudaMalloc((void **)&k_d, sizeof(float) * (size_t)z.k));
+    CUDA_CHECK(cudaMalloc((void **)&v_d, sizeof(float) * (size_t)z.v));
+    CUDA_CHECK(cudaMalloc((void **)&beta_d, sizeof(float) * (size_t)z.beta));
+    CUDA_CHECK(cudaMalloc((void **)&g_d, sizeof(float) * (size_t)z.g));
+    CUDA_CHECK(cudaMalloc((void **)&o_d, sizeof(float) * (size_t)z.o));
     const int w = c->mode == GDP_MODE_SPLIT ? c->K / c->n : c->K; /* unit norm per slot / slice */
     int fails = 0;
     *worst = 0;
@@ -125,7 +110,7 @@ static int kernel_case(const DecCase *c, uint64_t seed, int steps, double bound,
         for (int64_t i = 0; i < z.g; i++) g[i] = (double)(float)(-log1p(exp(-(rng_normal(&rng) + 2.0))));
         upload(q_d, q, z.q), upload(k_d, k, z.k), upload(v_d, v, z.v), upload(beta_d, beta, z.beta);
         upload(g_d, g, z.g);
-        CK(cudaMemset(o_d, 0xFF, sizeof(float) * (size_t)z.o)); /* NaN */
+        CUDA_CHECK(cudaMemset(o_d, 0xFF, sizeof(float) * (size_t)z.o)); /* NaN */
         GdpDecodeArgs ag = {S_d, q_d, k_d, v_d, beta_d, c->gate ? g_d : NULL, mask_d, o_d};
         GdpDesc df = d;
         df.dtype = GDP_F32;
@@ -135,7 +120,7 @@ static int kernel_case(const DecCase *c, uint64_t seed, int steps, double bound,
             fails++;
             break;
         }
-        CK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaDeviceSynchronize());
         GdpDecodeArgs ac = {S, q, k, v, beta, c->gate ? g : NULL, mask, o};
         st = gdp_decode_step_cpu(&d, &ac);
         if (st != GDP_OK) gdp_fatal("gdp_decode_step_cpu: %s", gdp_last_error());
@@ -151,7 +136,7 @@ static int kernel_case(const DecCase *c, uint64_t seed, int steps, double bound,
     }
     float *all[] = {S_d, q_d, k_d, v_d, beta_d, g_d, o_d, mask_d};
     for (size_t i = 0; i < GDP_ARRAY_LEN(all); i++)
-        if (all[i]) CK(cudaFree(all[i]));
+        if (all[i]) CUDA_CHECK(cudaFree(all[i]));
     free(S), free(q), free(k), free(v), free(beta), free(g), free(o), free(mask);
     return fails;
 }
@@ -204,7 +189,7 @@ GPU_TEST(decode_kernel_error_paths) {
     d.T = 1, a.S = NULL;
     st = gdp_decode_step_cuda(&d, &a, NULL);
     GPU_EXPECT(st == GDP_ERR_INVALID, "S NULL: status %d, want GDP_ERR_INVALID (%s)", (int)st, gdp_last_error());
-    CK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 /* ---------------------------------------------------------------- the whole decode step vs the forward */

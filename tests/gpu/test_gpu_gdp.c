@@ -19,14 +19,10 @@
 #include "kernels/gated_deltaproduct.h"
 #include "kernels/gated_deltaproduct_common.h"
 #include "tests/gpu/gdp_chunk_model.h"
+#include "core/cuda_check.h"
+#include "core/gradcheck.h" /* rel_l2 */
 #include "tests/gpu/gpu_test.h"
 #include "train/vectors_h5.h"
-
-#define CK(call)                                                                                        \
-    do {                                                                                                \
-        cudaError_t e_ = (call);                                                                        \
-        if (e_ != cudaSuccess) gdp_fatal("CUDA call failed: %s: %s", #call, cudaGetErrorString(e_));     \
-    } while (0)
 
 /* ---------------------------------------------------------------- host <-> device helpers */
 static void *dev_upload(const double *x, int64_t n, DType dt) {
@@ -38,16 +34,16 @@ static void *dev_upload(const double *x, int64_t n, DType dt) {
         else ((uint16_t *)h)[i] = f32_to_bf16((float)x[i]);
     }
     void *d;
-    CK(cudaMalloc(&d, (size_t)n * es));
-    CK(cudaMemcpy(d, h, (size_t)n * es, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMalloc(&d, (size_t)n * es));
+    CUDA_CHECK(cudaMemcpy(d, h, (size_t)n * es, cudaMemcpyHostToDevice));
     free(h);
     return d;
 }
 static void *dev_poisoned(int64_t n, DType dt) {
     if (n == 0) return NULL;
     void *d;
-    CK(cudaMalloc(&d, (size_t)n * dtype_size(dt)));
-    CK(cudaMemset(d, 0xFF, (size_t)n * dtype_size(dt))); /* NaN in f32 and bf16 */
+    CUDA_CHECK(cudaMalloc(&d, (size_t)n * dtype_size(dt)));
+    CUDA_CHECK(cudaMemset(d, 0xFF, (size_t)n * dtype_size(dt))); /* NaN in f32 and bf16 */
     return d;
 }
 static double *dev_download(const void *d, int64_t n, DType dt) {
@@ -55,22 +51,10 @@ static double *dev_download(const void *d, int64_t n, DType dt) {
     if (!d || n == 0) return out;
     size_t es = dtype_size(dt);
     void *h = xmalloc((size_t)n * es);
-    CK(cudaMemcpy(h, d, (size_t)n * es, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(h, d, (size_t)n * es, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < n; i++) out[i] = dt == GDP_F32 ? ((float *)h)[i] : bf16_to_f32(((uint16_t *)h)[i]);
     free(h);
     return out;
-}
-
-/* relative L2 error; NaN or Inf anywhere gives +Inf */
-static double rel_l2(const double *x, const double *ref, int64_t n) {
-    double e = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(x[i])) return INFINITY;
-        e += (x[i] - ref[i]) * (x[i] - ref[i]);
-        r += ref[i] * ref[i];
-    }
-    if (r == 0) return sqrt(e);
-    return sqrt(e / r);
 }
 
 /* ---------------------------------------------------------------- one op run on the GPU */
@@ -95,8 +79,8 @@ static int run_gpu(const GdpDesc *d0, HostIO *io, void **ws_copy, int want_bwd) 
     GdpSizes s = gdp_sizes(&d);
     int32_t *cu_d = NULL;
     if (io->cu) {
-        CK(cudaMalloc((void **)&cu_d, sizeof(int32_t) * (size_t)(d.n_seqs + 1)));
-        CK(cudaMemcpy(cu_d, io->cu, sizeof(int32_t) * (size_t)(d.n_seqs + 1), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMalloc((void **)&cu_d, sizeof(int32_t) * (size_t)(d.n_seqs + 1)));
+        CUDA_CHECK(cudaMemcpy(cu_d, io->cu, sizeof(int32_t) * (size_t)(d.n_seqs + 1), cudaMemcpyHostToDevice));
         d.cu_seqlens = cu_d;
     }
     void *q = dev_upload(io->q, s.q, dt), *k = dev_upload(io->k, s.k, dt), *v = dev_upload(io->v, s.v, dt);
@@ -107,15 +91,15 @@ static int run_gpu(const GdpDesc *d0, HostIO *io, void **ws_copy, int want_bwd) 
     size_t wsb = gdp_backward_workspace_bytes(&d);
     size_t wsf = gdp_forward_workspace_bytes(&d);
     void *ws;
-    CK(cudaMalloc(&ws, wsb));
-    CK(cudaMemset(ws, 0xFF, wsb));
+    CUDA_CHECK(cudaMalloc(&ws, wsb));
+    CUDA_CHECK(cudaMemset(ws, 0xFF, wsb));
     GdpForwardArgs fa = {q, k, v, beta, g, mask, h0, o, ht};
     GdpStatus st = gdp_forward_cuda(&d, &fa, ws, wsf, NULL);
     if (st != GDP_OK) {
         printf("  gdp_forward_cuda: status %d: %s\n", (int)st, gdp_last_error());
         return 1;
     }
-    CK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaDeviceSynchronize());
     io->o = dev_download(o, s.o, dt);
     io->ht = dev_download(ht, s.state, GDP_F32);
     void *dq = NULL, *dk = NULL, *dv = NULL, *dbeta = NULL, *dg = NULL, *dmask = NULL, *dh0 = NULL;
@@ -124,14 +108,14 @@ static int run_gpu(const GdpDesc *d0, HostIO *io, void **ws_copy, int want_bwd) 
         dbeta = dev_poisoned(s.beta, dt), dg = dev_poisoned(s.g, GDP_F32);
         dmask = d.mode == GDP_MODE_SPLIT ? dev_poisoned(s.mask, GDP_F32) : NULL;
         dh0 = dev_poisoned(s.state, GDP_F32);
-        CK(cudaMemset(ws, 0xFF, wsb));
+        CUDA_CHECK(cudaMemset(ws, 0xFF, wsb));
         GdpBackwardArgs ba = {q, k, v, beta, g, mask, h0, d_o, dht, dq, dk, dv, dbeta, dg, dmask, dh0};
         st = gdp_backward_cuda(&d, &ba, ws, wsb, NULL);
         if (st != GDP_OK) {
             printf("  gdp_backward_cuda: status %d: %s\n", (int)st, gdp_last_error());
             return 1;
         }
-        CK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaDeviceSynchronize());
         io->dq = dev_download(dq, s.q, dt);
         io->dk = dev_download(dk, s.k, dt);
         io->dv = dev_download(dv, s.v, dt);
@@ -141,12 +125,12 @@ static int run_gpu(const GdpDesc *d0, HostIO *io, void **ws_copy, int want_bwd) 
         io->dh0 = dev_download(dh0, s.state, GDP_F32);
         if (ws_copy) {
             *ws_copy = xmalloc(wsb);
-            CK(cudaMemcpy(*ws_copy, ws, wsb, cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemcpy(*ws_copy, ws, wsb, cudaMemcpyDeviceToHost));
         }
     }
     void *all[] = {q, k, v, beta, d_o, g, mask, h0, dht, o, ht, ws, dq, dk, dv, dbeta, dg, dmask, dh0, cu_d};
     for (size_t i = 0; i < GDP_ARRAY_LEN(all); i++)
-        if (all[i]) CK(cudaFree(all[i]));
+        if (all[i]) CUDA_CHECK(cudaFree(all[i]));
     return 0;
 }
 
