@@ -65,18 +65,23 @@ prepare B 100 --set tie_word_embeddings=false --set num_householder=3 --set use_
 # disagreement of B's on one feature.
 prepare C 128 --set num_householder=3 >"$TMP/out_C" &
 prepare D 128 --set use_forget_gate=false --set allow_neg_eigval=false >"$TMP/out_D" &
-# E..I: each of B's remaining differences from A alone (T = 100, expand_v 2, no output gate, no
-# short convs, untied head), to find which one B's disagreement comes from.
-prepare E 100 >"$TMP/out_E" &
-prepare F 128 --set expand_v=2 >"$TMP/out_F" &
-prepare G 128 --set use_output_gate=false >"$TMP/out_G" &
-prepare H 128 --set use_short_conv=false >"$TMP/out_H" &
-prepare I 128 --set tie_word_embeddings=false >"$TMP/out_I" &
+# E..I (each of B's other differences from A alone) all pass, so B's disagreement needs two
+# features at once. J..P are B with one feature put back to A's, Q and R the suspect pairs alone.
+Bset="--set tie_word_embeddings=false --set num_householder=3 --set use_forget_gate=false --set allow_neg_eigval=false --set use_output_gate=false --set use_short_conv=false --set expand_v=2 --set intermediate_size=0"
+prepare J 100 $Bset --set num_householder=2 >"$TMP/out_J" &
+prepare K 100 $Bset --set use_forget_gate=true >"$TMP/out_K" &
+prepare L 128 $Bset >"$TMP/out_L" &
+prepare M 100 $Bset --set intermediate_size=128 >"$TMP/out_M" &
+prepare N 100 $Bset --set allow_neg_eigval=true >"$TMP/out_N" &
+prepare O 100 $Bset --set use_short_conv=true >"$TMP/out_O" &
+prepare P 100 $Bset --set expand_v=1 >"$TMP/out_P" &
+prepare Q 100 --set num_householder=3 --set use_forget_gate=false >"$TMP/out_Q" &
+prepare R 128 --set intermediate_size=0 >"$TMP/out_R" &
 wait
 
 # ---- 2. the ctypes module, alongside the four fla runs
 pycheck gdp_ctypes "$PY" scripts/gdp_ctypes.py >"$TMP/out_ctypes" &
-for name in A B C D E F G H I; do
+for name in A B C D J K L M N O P Q R; do
     [ -s "$TMP/${name}_hf/model.safetensors" ] || continue
     # bf16 only: fla's chunk_gated_delta_product asserts "does not support float32" (seen on the H200).
     for dt in bf16; do
@@ -86,7 +91,7 @@ for name in A B C D E F G H I; do
 done
 wait
 
-cat "$TMP"/out_0 "$TMP"/out_[A-I] "$TMP"/out_fla_* "$TMP"/out_ctypes 2>/dev/null | tee "$TMP/all.log"
+cat "$TMP"/out_0 "$TMP"/out_[A-R] "$TMP"/out_fla_* "$TMP"/out_ctypes 2>/dev/null | tee "$TMP/all.log"
 passed=$(grep -c '^PASS:' "$TMP/all.log")
 failed=$(grep -c '^FAIL:' "$TMP/all.log")
 echo "gpu python checks: $passed passed, $failed failed ($(($(date +%s) - T0)) s)"
