@@ -11,3 +11,7 @@ Tensor *op_gated_rmsnorm(Ctx *ctx, Tensor *o, Tensor *z, Tensor *w, double eps);
 
 /* SwiGLU gate: y = silu(a) * b elementwise, a and b of the same shape. */
 Tensor *op_swiglu(Ctx *ctx, Tensor *a, Tensor *b);
+
+/* Short causal conv + SiLU: y = silu(conv1d_causal(x, w)), x [B, T, C], w [C, W] (see op_conv1d_causal),
+ * one kernel each way. Keeps no pre-activation: backward recomputes it from x. */
+Tensor *op_conv1d_causal_silu(Ctx *ctx, Tensor *x, Tensor *w);

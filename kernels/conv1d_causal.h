@@ -1,11 +1,16 @@
-/* Depthwise causal convolution over time: x [B, T, C], w [C, W], y [B, T, C],
- *   y[b,t,c] = sum_{i<W} w[c,i] * x[b, t-W+1+i, c]   (x before t = 0 is zero).
- * Backward:
- *   dx[b,t,c] = sum_{i<W, t+W-1-i < T} w[c,i] * dy[b, t+W-1-i, c];
- *   dw[c,i]   = sum_{b,t} dy[b,t,c] * x[b, t-W+1+i, c], reduced deterministically: on CUDA each of
- *   conv1d_causal_dw_chunks(B*T) chunks of (b,t) rows writes float partials [C*W] into `partial`
- *   (chunks * C * W floats of device scratch), summed afterwards in chunk order.
- * W is at most CONV1D_MAX_W. `accumulate` adds into dx / dw instead of overwriting. */
+/* Depthwise causal convolution over time, optionally fused with SiLU: x [B, T, C], w [C, W], y [B, T, C],
+ *   pre[b,t,c] = sum_{i<W} w[c,i] * x[b, t-W+1+i, c]   (x before t = 0 is zero),
+ *   y = silu ? pre * sigmoid(pre) : pre.
+ * Backward, one pass for both gradients; pre is recomputed from x (nothing is saved), and
+ * dpre = dy * (silu ? sigmoid(pre) * (1 + pre * (1 - sigmoid(pre))) : 1):
+ *   dx[b,t,c] = sum_{i<W, t+W-1-i < T} w[c,i] * dpre[b, t+W-1-i, c];
+ *   dw[c,i]   = sum_{b,t} dpre[b,t,c] * x[b, t-W+1+i, c].
+ * Both walk time in segments of conv1d_causal_seg_len(B, T) steps per batch row (on CUDA a thread per
+ * (channel, segment, batch row) with sliding windows of x and dpre in registers). dw is reduced
+ * deterministically: on CUDA every (batch row, segment) writes float partials [C * W] into `partial`
+ * (conv1d_causal_dw_chunks(B, T) * C * W floats of device scratch), summed afterwards in a fixed order.
+ * W is at most CONV1D_MAX_W. dx or dw NULL skips that gradient (partial may then be NULL too);
+ * acc_dx / acc_dw add into dx / dw instead of overwriting. */
 #pragma once
 #include <stdint.h>
 
@@ -17,24 +22,33 @@ extern "C" {
 
 #define CONV1D_MAX_W 8
 
-static inline int64_t conv1d_causal_dw_chunks(int64_t rows) {
-    int64_t k = (rows + 63) / 64;
-    return k < 1 ? 1 : (k > 1024 ? 1024 : k);
+/* Time steps per segment: at least 32, so the W-1 steps of window warm-up are a small part of each
+ * thread's work, and long enough (a multiple of 32) that B * segments stays below about 1024 + B:
+ * the number of dw partials the backward writes and sums again. */
+static inline int64_t conv1d_causal_seg_len(int64_t B, int64_t T) {
+    int64_t len = (B * T + 1023) / 1024;
+    len = (len + 31) / 32 * 32;
+    return len < 32 ? 32 : len;
 }
 
+static inline int64_t conv1d_causal_segments(int64_t B, int64_t T) {
+    int64_t len = conv1d_causal_seg_len(B, T);
+    return (T + len - 1) / len;
+}
+
+/* Float partials [chunks][C * W] the CUDA backward needs in `partial` (0 when B * T = 0). */
+static inline int64_t conv1d_causal_dw_chunks(int64_t B, int64_t T) { return B * conv1d_causal_segments(B, T); }
+
 void conv1d_causal_forward_cpu(DType dt, void *y, const void *x, const void *w, int64_t B, int64_t T, int64_t C,
-                               int64_t W);
-void conv1d_causal_backward_dx_cpu(DType dt, void *dx, const void *dy, const void *w, int64_t B, int64_t T, int64_t C,
-                                   int64_t W, int accumulate);
-void conv1d_causal_backward_dw_cpu(DType dt, void *dw, const void *dy, const void *x, int64_t B, int64_t T, int64_t C,
-                                   int64_t W, int accumulate);
+                               int64_t W, int silu);
+void conv1d_causal_backward_cpu(DType dt, void *dx, void *dw, const void *dy, const void *x, const void *w, int64_t B,
+                                int64_t T, int64_t C, int64_t W, int silu, int acc_dx, int acc_dw);
 
 void conv1d_causal_forward_cuda(DType dt, void *y, const void *x, const void *w, int64_t B, int64_t T, int64_t C,
-                                int64_t W, void *stream);
-void conv1d_causal_backward_dx_cuda(DType dt, void *dx, const void *dy, const void *w, int64_t B, int64_t T,
-                                    int64_t C, int64_t W, int accumulate, void *stream);
-void conv1d_causal_backward_dw_cuda(DType dt, void *dw, float *partial, const void *dy, const void *x, int64_t B,
-                                    int64_t T, int64_t C, int64_t W, int accumulate, void *stream);
+                                int64_t W, int silu, void *stream);
+void conv1d_causal_backward_cuda(DType dt, void *dx, void *dw, float *partial, const void *dy, const void *x,
+                                 const void *w, int64_t B, int64_t T, int64_t C, int64_t W, int silu, int acc_dx,
+                                 int acc_dw, void *stream);
 
 #ifdef __cplusplus
 }

@@ -1,70 +1,91 @@
-/* CPU reference for the depthwise causal convolution, in float32 and float64. */
+/* CPU reference for the depthwise causal convolution (+ SiLU), in float32 and float64.
+ * The backward walks the same time segments as the CUDA kernel, with the same sliding windows, so
+ * that the CPU gradchecks also cover the segment boundaries of that algorithm. */
+#include <math.h>
+
 #include "kernels/conv1d_causal.h"
 
-#define DEFINE_CONV(T, SUF)                                                                              \
-    static void conv_fwd_##SUF(T *y, const T *x, const T *w, int64_t B, int64_t Tn, int64_t C, int64_t W) { \
-        for (int64_t b = 0; b < B; b++)                                                                  \
-            for (int64_t t = 0; t < Tn; t++)                                                             \
-                for (int64_t c = 0; c < C; c++) {                                                        \
-                    T s = 0;                                                                             \
-                    for (int64_t i = 0; i < W; i++) {                                                    \
-                        int64_t ts = t - W + 1 + i;                                                      \
-                        if (ts >= 0) s += w[c * W + i] * x[(b * Tn + ts) * C + c];                       \
-                    }                                                                                    \
-                    y[(b * Tn + t) * C + c] = s;                                                         \
-                }                                                                                        \
-    }                                                                                                    \
-    static void conv_bwd_dx_##SUF(T *dx, const T *dy, const T *w, int64_t B, int64_t Tn, int64_t C, int64_t W, \
-                                  int acc) {                                                             \
-        for (int64_t b = 0; b < B; b++)                                                                  \
-            for (int64_t t = 0; t < Tn; t++)                                                             \
-                for (int64_t c = 0; c < C; c++) {                                                        \
-                    T s = 0;                                                                             \
-                    for (int64_t i = 0; i < W; i++) {                                                    \
-                        int64_t to = t + W - 1 - i;                                                      \
-                        if (to < Tn) s += w[c * W + i] * dy[(b * Tn + to) * C + c];                      \
-                    }                                                                                    \
-                    T *d = dx + (b * Tn + t) * C + c;                                                    \
-                    *d = acc ? *d + s : s;                                                               \
-                }                                                                                        \
-    }                                                                                                    \
-    static void conv_bwd_dw_##SUF(T *dw, const T *dy, const T *x, int64_t B, int64_t Tn, int64_t C, int64_t W, \
-                                  int acc) {                                                             \
-        if (!acc)                                                                                        \
-            for (int64_t k = 0; k < C * W; k++) dw[k] = 0;                                               \
-        for (int64_t b = 0; b < B; b++) /* (b, t) in order: deterministic */                            \
-            for (int64_t t = 0; t < Tn; t++)                                                             \
-                for (int64_t c = 0; c < C; c++) {                                                        \
-                    T g = dy[(b * Tn + t) * C + c];                                                      \
-                    for (int64_t i = 0; i < W; i++) {                                                    \
-                        int64_t ts = t - W + 1 + i;                                                      \
-                        if (ts >= 0) dw[c * W + i] += g * x[(b * Tn + ts) * C + c];                      \
-                    }                                                                                    \
-                }                                                                                        \
+#define DEFINE_CONV(T, SUF, EXP)                                                                                     \
+    static inline T sigmoid_##SUF(T v) {                                                                             \
+        if (v >= 0) return (T)1 / ((T)1 + EXP(-v));                                                                  \
+        T e = EXP(v);                                                                                                \
+        return e / ((T)1 + e);                                                                                       \
+    }                                                                                                                \
+    static void conv_fwd_##SUF(T *y, const T *x, const T *w, int64_t B, int64_t Tn, int64_t C, int64_t W, int silu) { \
+        for (int64_t b = 0; b < B; b++)                                                                              \
+            for (int64_t t = 0; t < Tn; t++)                                                                         \
+                for (int64_t c = 0; c < C; c++) {                                                                    \
+                    T s = 0;                                                                                         \
+                    for (int64_t i = 0; i < W; i++) {                                                                \
+                        int64_t ts = t - W + 1 + i;                                                                  \
+                        if (ts >= 0) s += w[c * W + i] * x[(b * Tn + ts) * C + c];                                   \
+                    }                                                                                                \
+                    y[(b * Tn + t) * C + c] = silu ? s * sigmoid_##SUF(s) : s;                                       \
+                }                                                                                                    \
+    }                                                                                                                \
+    /* Per (b, segment [t0, t1), c): step u over [t0, t1 + W - 1) with xw = x[u-W+1 .. u] and                        \
+     * gw = dpre[u-W+1 .. u] (zero before t0, and past the end of the sequence); dpre[u] adds its dw                 \
+     * terms when u is in the segment, and dx[u-W+1] is complete once dpre[u] is known. dw sums in                   \
+     * (b, t) order: deterministic. */                                                                               \
+    static void conv_bwd_##SUF(T *dx, T *dw, const T *dy, const T *x, const T *w, int64_t B, int64_t Tn, int64_t C,  \
+                               int64_t W, int silu, int acc_dx, int acc_dw) {                                        \
+        if (dw && !acc_dw)                                                                                           \
+            for (int64_t k = 0; k < C * W; k++) dw[k] = 0;                                                           \
+        const int64_t len = conv1d_causal_seg_len(B, Tn);                                                            \
+        for (int64_t b = 0; b < B; b++)                                                                              \
+            for (int64_t t0 = 0; t0 < Tn; t0 += len)                                                                 \
+                for (int64_t c = 0; c < C; c++) {                                                                    \
+                    const int64_t t1 = t0 + len < Tn ? t0 + len : Tn;                                                \
+                    const T *xc = x + b * Tn * C + c, *dyc = dy + b * Tn * C + c, *wc = w + c * W;                   \
+                    T xw[CONV1D_MAX_W], gw[CONV1D_MAX_W];                                                            \
+                    for (int64_t i = 0; i < W; i++) {                                                                \
+                        int64_t ts = t0 - W + i; /* the window of step t0 - 1 */                                     \
+                        xw[i] = ts >= 0 ? xc[ts * C] : 0;                                                            \
+                        gw[i] = 0;                                                                                   \
+                    }                                                                                                \
+                    for (int64_t u = t0; u < t1 + W - 1; u++) {                                                      \
+                        for (int64_t i = 0; i + 1 < W; i++) xw[i] = xw[i + 1], gw[i] = gw[i + 1];                    \
+                        T g = 0;                                                                                     \
+                        xw[W - 1] = u < Tn ? xc[u * C] : 0;                                                          \
+                        if (u < Tn) {                                                                                \
+                            g = dyc[u * C];                                                                          \
+                            if (silu) {                                                                              \
+                                T pre = 0;                                                                           \
+                                for (int64_t i = 0; i < W; i++) pre += wc[i] * xw[i];                                \
+                                T s = sigmoid_##SUF(pre);                                                            \
+                                g *= s * ((T)1 + pre * ((T)1 - s));                                                  \
+                            }                                                                                        \
+                        }                                                                                            \
+                        gw[W - 1] = g;                                                                               \
+                        if (dw && u < t1)                                                                            \
+                            for (int64_t i = 0; i < W; i++) dw[c * W + i] += g * xw[i];                              \
+                        int64_t t = u - W + 1;                                                                       \
+                        if (dx && t >= t0) {                                                                         \
+                            T s = 0;                                                                                 \
+                            for (int64_t i = 0; i < W; i++) s += wc[i] * gw[W - 1 - i];                              \
+                            T *d = dx + (b * Tn + t) * C + c;                                                        \
+                            *d = acc_dx ? *d + s : s;                                                                \
+                        }                                                                                            \
+                    }                                                                                                \
+                }                                                                                                    \
     }
-DEFINE_CONV(float, f32)
-DEFINE_CONV(double, f64)
+DEFINE_CONV(float, f32, expf)
+DEFINE_CONV(double, f64, exp)
 
 void conv1d_causal_forward_cpu(DType dt, void *y, const void *x, const void *w, int64_t B, int64_t T, int64_t C,
-                               int64_t W) {
+                               int64_t W, int silu) {
     if (dt == GDP_F64)
-        conv_fwd_f64((double *)y, (const double *)x, (const double *)w, B, T, C, W);
+        conv_fwd_f64((double *)y, (const double *)x, (const double *)w, B, T, C, W, silu);
     else
-        conv_fwd_f32((float *)y, (const float *)x, (const float *)w, B, T, C, W);
+        conv_fwd_f32((float *)y, (const float *)x, (const float *)w, B, T, C, W, silu);
 }
 
-void conv1d_causal_backward_dx_cpu(DType dt, void *dx, const void *dy, const void *w, int64_t B, int64_t T, int64_t C,
-                                   int64_t W, int accumulate) {
+void conv1d_causal_backward_cpu(DType dt, void *dx, void *dw, const void *dy, const void *x, const void *w, int64_t B,
+                                int64_t T, int64_t C, int64_t W, int silu, int acc_dx, int acc_dw) {
     if (dt == GDP_F64)
-        conv_bwd_dx_f64((double *)dx, (const double *)dy, (const double *)w, B, T, C, W, accumulate);
+        conv_bwd_f64((double *)dx, (double *)dw, (const double *)dy, (const double *)x, (const double *)w, B, T, C, W,
+                     silu, acc_dx, acc_dw);
     else
-        conv_bwd_dx_f32((float *)dx, (const float *)dy, (const float *)w, B, T, C, W, accumulate);
-}
-
-void conv1d_causal_backward_dw_cpu(DType dt, void *dw, const void *dy, const void *x, int64_t B, int64_t T, int64_t C,
-                                   int64_t W, int accumulate) {
-    if (dt == GDP_F64)
-        conv_bwd_dw_f64((double *)dw, (const double *)dy, (const double *)x, B, T, C, W, accumulate);
-    else
-        conv_bwd_dw_f32((float *)dw, (const float *)dy, (const float *)x, B, T, C, W, accumulate);
+        conv_bwd_f32((float *)dx, (float *)dw, (const float *)dy, (const float *)x, (const float *)w, B, T, C, W, silu,
+                     acc_dx, acc_dw);
 }

@@ -13,6 +13,8 @@
 #pragma once
 #include <stdint.h>
 
+#include <stddef.h>
+
 #include "core/dtype.h"
 
 #ifdef __cplusplus
@@ -31,9 +33,16 @@ typedef enum MatmulCompute {
 void matmul_cuda(DType dt, void *cublas_handle, void *c, const void *a, const void *b, int64_t batch, int64_t m,
                  int64_t n, int64_t k, int trans_a, int trans_b, int64_t stride_a, int64_t stride_b, int64_t stride_c,
                  int accumulate);
+/* split_k > 1 (batch 1, K divisible by it): K is cut into split_k slices whose products go to f32
+ * partials in `workspace` (matmul_cuda_workspace_bytes) and are summed in slice order, so the
+ * result is deterministic; matmul_cuda_pick_split_k says when that pays (few output tiles, long K:
+ * weight gradients). split_k 1 ignores workspace. */
+#define MATMUL_MAX_SPLIT_K 8
+int matmul_cuda_pick_split_k(int64_t batch, int64_t m, int64_t n, int64_t k);
+size_t matmul_cuda_workspace_bytes(int split_k, int64_t m, int64_t n);
 void matmul_cuda_ex(DType dt, MatmulCompute compute, void *cublas_handle, void *c, const void *a, const void *b,
                     int64_t batch, int64_t m, int64_t n, int64_t k, int trans_a, int trans_b, int64_t stride_a,
-                    int64_t stride_b, int64_t stride_c, int accumulate);
+                    int64_t stride_b, int64_t stride_c, int accumulate, int split_k, float *workspace);
 
 #ifdef __cplusplus
 }

@@ -74,7 +74,7 @@ void gdp_layer_new(GdpLayer *l, ParamMaker *pm, const ModelConfig *c, const char
 static Tensor *conv_silu(Ctx *ctx, Tensor *x, Tensor *w) {
     if (!w) return op_silu(ctx, x);
     Tensor *w2 = op_reshape(ctx, w, SHAPE(w->shape[0], w->shape[2]));
-    return op_silu(ctx, op_conv1d_causal(ctx, x, w2));
+    return op_conv1d_causal_silu(ctx, x, w2);
 }
 
 Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Tensor *x) {

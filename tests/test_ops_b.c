@@ -1,7 +1,7 @@
-/* Ops silu, sigmoid, softplus, exp, rmsnorm, l2norm, conv1d_causal and the fused gated_rmsnorm and
- * swiglu on the CPU: forward on hand cases, backward against finite differences (gradcheck_fd),
- * the set-or-accumulate rule (fan-out and aliased inputs), the f32 path against f64, and argument
- * errors (each exits 1 with a message). */
+/* Ops silu, sigmoid, softplus, exp, rmsnorm, l2norm, conv1d_causal and the fused gated_rmsnorm, swiglu
+ * and conv1d_causal_silu on the CPU: forward on hand cases, backward against finite differences
+ * (gradcheck_fd), the set-or-accumulate rule (fan-out and aliased inputs), the f32 path against f64,
+ * and argument errors (each exits 1 with a message). */
 #include <math.h>
 
 #include "core/gradcheck.h"
@@ -239,6 +239,73 @@ START_TEST(conv1d_causal_gradcheck) {
 }
 END_TEST
 
+/* The fused op against silu(conv) in two ops, values and both gradients, over several time segments
+ * (T = 70 at B = 2: segments of 32 steps, the last one short) with W = 4 and W = 3. */
+static void conv_silu_run(bool fused, int64_t W, double *y_out, double *dx_out, double *dw_out) {
+    Ctx *ctx = cpu();
+    uint64_t seed = 5;
+    Tensor *x = gc_random(ctx, GDP_F64, &seed, -2, 2, SHAPE(2, 70, 3));
+    Tensor *w = gc_random(ctx, GDP_F64, &seed, -1, 1, SHAPE(3, W));
+    Tensor *dy = gc_random(ctx, GDP_F64, &seed, -1, 1, SHAPE(2, 70, 3));
+    dy->requires_grad = false;
+    Tensor *y = fused ? op_conv1d_causal_silu(ctx, x, w) : op_silu(ctx, op_conv1d_causal(ctx, x, w));
+    tape_backward_seeded(ctx, y, dy);
+    tensor_to_doubles(y, y_out), tensor_to_doubles(x->grad, dx_out), tensor_to_doubles(w->grad, dw_out);
+    ctx_destroy(ctx);
+}
+
+START_TEST(conv1d_causal_silu_matches_unfused) {
+    double y[420], dx[420], dw[3 * 4], want_y[420], want_dx[420], want_dw[3 * 4];
+    for (int64_t W = 3; W <= 4; W++) {
+        conv_silu_run(false, W, want_y, want_dx, want_dw);
+        conv_silu_run(true, W, y, dx, dw);
+        for (int i = 0; i < 420; i++) {
+            ck_assert_msg(fabs(y[i] - want_y[i]) <= 1e-14, "W %lld y[%d]: %.17g vs %.17g", (long long)W, i, y[i],
+                          want_y[i]);
+            ck_assert_msg(fabs(dx[i] - want_dx[i]) <= 1e-14, "W %lld dx[%d]: %.17g vs %.17g", (long long)W, i, dx[i],
+                          want_dx[i]);
+        }
+        for (int i = 0; i < 3 * W; i++)
+            ck_assert_msg(fabs(dw[i] - want_dw[i]) <= 1e-13, "W %lld dw[%d]: %.17g vs %.17g", (long long)W, i, dw[i],
+                          want_dw[i]);
+    }
+}
+END_TEST
+
+static Tensor *conv_silu_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    Tensor *x = gc_random(ctx, dt, &seed, -2, 2, SHAPE(2, 41, 3));
+    Tensor *w = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 3));
+    return op_conv1d_causal_silu(ctx, x, w);
+}
+/* Kernel longer than the sequence, both gradients accumulated by a second use. */
+static Tensor *conv_silu_twice_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 3, 2));
+    Tensor *w = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 5));
+    return op_add(ctx, op_conv1d_causal_silu(ctx, op_conv1d_causal_silu(ctx, x, w), w), x);
+}
+/* One gradient alone: the backward skips the other. */
+static Tensor *conv_silu_dw_only_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    Tensor *x = gc_random(ctx, dt, &seed, -2, 2, SHAPE(2, 35, 3));
+    Tensor *w = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 4));
+    x->requires_grad = false;
+    return op_conv1d_causal_silu(ctx, x, w);
+}
+static Tensor *conv_silu_dx_only_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    Tensor *x = gc_random(ctx, dt, &seed, -2, 2, SHAPE(2, 35, 3));
+    Tensor *w = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 4));
+    w->requires_grad = false;
+    return op_conv1d_causal_silu(ctx, x, w);
+}
+
+START_TEST(conv1d_causal_silu_gradcheck) {
+    expect_gradcheck(conv_silu_case, 1e-6);
+    expect_gradcheck(conv_silu_twice_case, 1e-6);
+    expect_gradcheck(conv_silu_dw_only_case, 1e-6);
+    expect_gradcheck(conv_silu_dx_only_case, 1e-6);
+    expect_f32_matches_f64(conv_silu_case);
+}
+END_TEST
+
 /* ---- fused: gated_rmsnorm, swiglu ----------------------------------------------------------- */
 START_TEST(gated_rmsnorm_forward_hand_case) {
     Ctx *ctx = cpu();
@@ -442,6 +509,8 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, l2norm_gradcheck);
     tcase_add_test(tc, conv1d_causal_hand_case);
     tcase_add_test(tc, conv1d_causal_gradcheck);
+    tcase_add_test(tc, conv1d_causal_silu_matches_unfused);
+    tcase_add_test(tc, conv1d_causal_silu_gradcheck);
     tcase_add_test(tc, gated_rmsnorm_forward_hand_case);
     tcase_add_test(tc, gated_rmsnorm_gradcheck);
     tcase_add_test(tc, swiglu_hand_case);

@@ -15,6 +15,9 @@
 
 #ifdef GDP_CUDA
 #include <cuda_runtime.h>
+
+#include "core/cuda_ctx.h"
+#include "kernels/matmul.h"
 #endif
 
 static const CliOpt bench_opts[] = {
@@ -28,6 +31,7 @@ static const CliOpt bench_opts[] = {
     {"dtype", 0, "DT", "bf16 (default) or f32"},
     {"iters", 0, "N", "timed runs, median reported (default 20)"},
     {"warmup", 0, "N", "untimed runs first (default 3)"},
+    {"tokens", 0, "N", "matmul: rows of the activations, B*T (default 16384)"},
 };
 static const CliCommand bench_cmd = {
     "bench", "gdp bench op [--B N --T N --H N --K N --V N --n 1,2,3 --mode householder|split --dtype bf16|f32 --iters N]",
@@ -37,7 +41,7 @@ static const CliCommand bench_cmd = {
     bench_opts, (int)GDP_ARRAY_LEN(bench_opts)};
 
 typedef struct BenchArgs {
-    int B, T, H, K, V, iters, warmup;
+    int B, T, H, K, V, iters, warmup, tokens;
     int ns[16], n_ns;
     GdpMode mode;
     DType dt;
@@ -52,6 +56,7 @@ static void on_opt(const CliOpt *o, const char *v, void *user) {
     if (!strcmp(o->name, "V")) a->V = (int)cli_int("V", v, 1, 256);
     if (!strcmp(o->name, "iters")) a->iters = (int)cli_int("iters", v, 1, 100000);
     if (!strcmp(o->name, "warmup")) a->warmup = (int)cli_int("warmup", v, 0, 100000);
+    if (!strcmp(o->name, "tokens")) a->tokens = (int)cli_int("tokens", v, 4096, 1 << 22);
     if (!strcmp(o->name, "mode")) {
         if (!strcmp(v, "householder")) a->mode = GDP_MODE_HOUSEHOLDER;
         else if (!strcmp(v, "split")) a->mode = GDP_MODE_SPLIT;
@@ -240,20 +245,94 @@ static int bench_run(const BenchArgs *a) {
     free(pool);
     return 0;
 }
+
+/* Median ms of one GEMM configuration (see matmul_cuda_ex). */
+static double time_gemm(const BenchArgs *a, CudaCtx *cu, DType dt, MatmulCompute mc, void *c, const void *x,
+                        const void *y, int64_t m, int64_t n, int64_t k, int ta, int tb, int acc, int split, float *ws) {
+    cudaEvent_t e0, e1;
+    BCK(cudaEventCreate(&e0));
+    BCK(cudaEventCreate(&e1));
+    float *t = (float *)xmalloc(sizeof(float) * (size_t)a->iters);
+    for (int it = -a->warmup; it < a->iters; it++) {
+        BCK(cudaEventRecord(e0, cu->stream));
+        matmul_cuda_ex(dt, mc, cu->cublas, c, x, y, 1, m, n, k, ta, tb, 0, 0, 0, acc, split, ws);
+        BCK(cudaEventRecord(e1, cu->stream));
+        BCK(cudaEventSynchronize(e1));
+        float ms;
+        BCK(cudaEventElapsedTime(&ms, e0, e1));
+        if (it >= 0) t[it] = ms;
+    }
+    qsort(t, (size_t)a->iters, sizeof(float), cmp_float);
+    double med = t[a->iters / 2];
+    free(t);
+    BCK(cudaEventDestroy(e0));
+    BCK(cudaEventDestroy(e1));
+    return med;
+}
+
+static int bench_matmul_run(const BenchArgs *a) {
+    /* The linear layers of the base preset (hidden 768, n_h 2, SwiGLU 2048, vocab 32000): in, out */
+    static const struct { int in, out; const char *what; } shapes[] = {
+        {768, 768, "q/g/o_proj"}, {768, 1536, "k/v_proj n_h=2"}, {768, 2048, "gate/up_proj"},
+        {2048, 768, "down_proj"}, {768, 32000, "lm_head"},       {768, 12, "b_proj"},
+    };
+    CudaCtx *cu = cuda_ctx_create(0);
+    float *pool = (float *)xmalloc(sizeof(float) * (1 << 20));
+    Rng rng;
+    rng_seed(&rng, 99);
+    for (int i = 0; i < (1 << 20); i++) pool[i] = (float)rng_normal(&rng);
+    const int64_t M = a->tokens;
+    printf("gdp bench matmul: %lld rows, median of %d (warm-up %d); ms (TFLOP/s)\n", (long long)M, a->iters, a->warmup);
+    printf("%-16s %-12s %17s %17s %17s %17s %5s\n", "layer", "operands", "y = x W^T", "dx = dy W", "dW += dy^T x",
+           "dW split-K", "split");
+    for (size_t si = 0; si < GDP_ARRAY_LEN(shapes); si++) {
+        const int64_t K = shapes[si].in, N = shapes[si].out;
+        const double fl = 2.0 * (double)M * N * K;
+        for (int v = 0; v < 2; v++) {
+            const DType dt = v ? GDP_BF16 : GDP_F32;
+            const MatmulCompute mc = v ? MATMUL_EXACT : MATMUL_BF16_INPUTS;
+            void *x = bench_buffer(M * K, dt, 0, 0, pool, 1 << 20, 11), *w = bench_buffer(N * K, dt, 0, 0, pool, 1 << 20, 12);
+            void *dy = bench_buffer(M * N, dt, 0, 0, pool, 1 << 20, 13), *yb, *dx, *dw;
+            BCK(cudaMalloc(&yb, dtype_size(dt) * (size_t)(M * N)));
+            BCK(cudaMalloc(&dx, dtype_size(dt) * (size_t)(M * K)));
+            BCK(cudaMalloc(&dw, dtype_size(dt) * (size_t)(N * K)));
+            BCK(cudaMemset(dw, 0, dtype_size(dt) * (size_t)(N * K)));
+            /* dW [N,K] = dy^T [N,M] x [M,K]: the weight gradient, K = M rows */
+            const int split = matmul_cuda_pick_split_k(1, N, K, M);
+            float *ws = NULL;
+            if (split > 1) BCK(cudaMalloc((void **)&ws, matmul_cuda_workspace_bytes(split, N, K)));
+            double tf = time_gemm(a, cu, dt, mc, yb, x, w, M, N, K, 0, 1, 0, 1, NULL);
+            double tdx = time_gemm(a, cu, dt, mc, dx, dy, w, M, K, N, 0, 0, 0, 1, NULL);
+            double tdw = time_gemm(a, cu, dt, mc, dw, dy, x, N, K, M, 1, 0, 1, 1, NULL);
+            double tds = split > 1 ? time_gemm(a, cu, dt, mc, dw, dy, x, N, K, M, 1, 0, 1, split, ws) : tdw;
+            printf("%-16s %-12s %8.3f (%6.1f) %8.3f (%6.1f) %8.3f (%6.1f) %8.3f (%6.1f) %5d\n", shapes[si].what,
+                   v ? "bf16" : "f32 as bf16", tf, fl / tf / 1e9, tdx, fl / tdx / 1e9, tdw, fl / tdw / 1e9, tds,
+                   fl / tds / 1e9, split);
+            fflush(stdout);
+            void *bufs[] = {x, w, dy, yb, dx, dw, ws};
+            for (size_t i = 0; i < GDP_ARRAY_LEN(bufs); i++)
+                if (bufs[i]) BCK(cudaFree(bufs[i]));
+        }
+    }
+    free(pool);
+    cuda_ctx_destroy(cu);
+    return 0;
+}
 #endif
 
 int cmd_bench(int argc, char **argv) {
-    BenchArgs a = {8, 2048, 16, 128, 128, 20, 3, {1, 2, 3}, 3, GDP_MODE_HOUSEHOLDER, GDP_BF16};
+    BenchArgs a = {8, 2048, 16, 128, 128, 20, 3, 16384, {1, 2, 3}, 3, GDP_MODE_HOUSEHOLDER, GDP_BF16};
     char *pos[2];
     int np = cli_parse(&bench_cmd, argc, argv, on_opt, &a, pos, 2);
-    if (np != 1 || strcmp(pos[0], "op"))
-        cli_usage_error(&bench_cmd, "say what to time: 'gdp bench op' (the Gated DeltaProduct op)");
+    if (np != 1 || (strcmp(pos[0], "op") && strcmp(pos[0], "matmul")))
+        cli_usage_error(&bench_cmd, "say what to time: 'gdp bench op' (the Gated DeltaProduct op) or 'gdp bench "
+                                    "matmul' (the model's GEMMs)");
     if (a.mode == GDP_MODE_SPLIT)
         for (int i = 0; i < a.n_ns; i++)
             if (a.K % a.ns[i])
                 cli_usage_error(&bench_cmd, "split mode needs K divisible by r: K=%d, r=%d", a.K, a.ns[i]);
 #ifdef GDP_CUDA
-    return bench_run(&a);
+    return strcmp(pos[0], "matmul") ? bench_run(&a) : bench_matmul_run(&a);
 #else
     fprintf(stderr, "gdp bench: this build has no CUDA (built with NO_CUDA=1 or without nvcc); rebuild with CUDA\n");
     return 1;

@@ -17,9 +17,19 @@ static void gemm(Ctx *ctx, DType dt, void *c, const void *a, const void *b, int6
                  int64_t k, int ta, int tb, int64_t sa, int64_t sb, int64_t sc, int acc) {
     if (ctx->device == DEV_CPU)
         matmul_cpu(dt, c, a, b, batch, m, n, k, ta, tb, sa, sb, sc, acc);
-    else
-        CUDA_ONLY(matmul_cuda_ex(dt, ctx->autocast_bf16 ? MATMUL_BF16_INPUTS : MATMUL_EXACT, ctx->cuda->cublas, c, a,
-                                 b, batch, m, n, k, ta, tb, sa, sb, sc, acc));
+    else {
+#ifdef GDP_CUDA
+        /* Split-K partials live in scratch only until the stream-ordered reduction has read them. */
+        int split = matmul_cuda_pick_split_k(batch, m, n, k);
+        size_t mark = arena_mark(&ctx->scratch);
+        float *ws = split > 1 ? (float *)arena_alloc(&ctx->scratch, matmul_cuda_workspace_bytes(split, m, n)) : NULL;
+        matmul_cuda_ex(dt, ctx->autocast_bf16 ? MATMUL_BF16_INPUTS : MATMUL_EXACT, ctx->cuda->cublas, c, a, b, batch, m,
+                       n, k, ta, tb, sa, sb, sc, acc, split, ws);
+        arena_rewind(&ctx->scratch, mark);
+#else
+        CUDA_ONLY((void)0);
+#endif
+    }
 }
 
 static void matmul_forward(Ctx *ctx, Node *nd) {
@@ -105,10 +115,18 @@ static Tensor *matmul_shared_ta_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_matmul(ctx, op_matmul(ctx, x, w1, true, false), w2, true, true); /* [2,5,2] */
 }
 
+/* A weight gradient over 4096 rows: on CUDA its GEMM is cut into K slices (split-K). */
+static Tensor *matmul_split_k_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 2048, 4));
+    Tensor *w = gc_random(ctx, dt, &seed, -1, 1, SHAPE(5, 4));
+    return op_matmul(ctx, x, w, false, true); /* [2,2048,5] */
+}
+
 const OpDef op_matmul_def = {"matmul", matmul_forward, matmul_backward, matmul_case, 0, 0};
 /* Extra registry entries: the same op, other gradcheck cases. */
 const OpDef op_matmul_tt_def = {"matmul_tt", matmul_forward, matmul_backward, matmul_tt_case, 0, 0};
 const OpDef op_matmul_shared_def = {"matmul_shared", matmul_forward, matmul_backward, matmul_shared_case, 0, 0};
+const OpDef op_matmul_split_k_def = {"matmul_split_k", matmul_forward, matmul_backward, matmul_split_k_case, 0, 0};
 const OpDef op_matmul_shared_ta_def = {"matmul_shared_ta", matmul_forward, matmul_backward, matmul_shared_ta_case, 0, 0};
 
 Tensor *op_matmul(Ctx *ctx, Tensor *a, Tensor *b, bool trans_a, bool trans_b) {
