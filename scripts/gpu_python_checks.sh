@@ -18,7 +18,7 @@ export TRITON_F32_DEFAULT=ieee # fla's fp32 run with true fp32 dot products, not
 export GDP_LIB="$BUILD/libgdp.so"
 TMP=${TMPDIR:-/tmp}/gdp_gpu_python_$$
 mkdir -p "$TMP"
-trap 'rm -rf "$TMP"' EXIT
+[ -n "${KEEP_TMP:-}" ] || trap 'rm -rf "$TMP"' EXIT # KEEP_TMP=1: leave the per-check logs
 T0=$(date +%s)
 
 step() { # step DESCRIPTION cmd...: quiet unless cmd fails, then a FAIL line and its output's tail
