@@ -9,11 +9,11 @@
  * CUDA: f32 and bf16 through cuBLAS with fp32 compute (CUBLAS_COMPUTE_32F, no TF32), on the
  * stream the handle is bound to. matmul_cuda_ex with MATMUL_BF16_INPUTS lets cuBLAS round f32
  * operands to bf16 for the tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF: fp32 accumulation and fp32
- * output): the matmul half of bf16 autocast, with f32 activations kept in memory. */
+ * output); that path reads f32 and ran at a third to a half of the bf16 rate on the H200 (`gdp bench
+ * matmul`). MATMUL_BF16_F32_OUT takes bf16 A and B and writes (or accumulates into) an f32 C, at the
+ * bf16 rate: autocast casts the operands to bf16 first (core/ops/matmul.c). */
 #pragma once
 #include <stdint.h>
-
-#include <stddef.h>
 
 #include "core/dtype.h"
 
@@ -26,23 +26,17 @@ void matmul_cpu(DType dt, void *c, const void *a, const void *b, int64_t batch, 
 
 typedef enum MatmulCompute {
     MATMUL_EXACT = 0,       /* the inputs' own precision */
-    MATMUL_BF16_INPUTS = 1, /* f32 operands rounded to bf16 inside cuBLAS (autocast) */
+    MATMUL_BF16_INPUTS = 1, /* f32 operands rounded to bf16 inside cuBLAS */
+    MATMUL_BF16_F32_OUT = 2, /* bf16 operands (dt must be bf16), f32 C: bf16 autocast's GEMMs */
 } MatmulCompute;
 
 /* cublas_handle: a cublasHandle_t (ctx->cuda->cublas), already bound to the context's stream. */
 void matmul_cuda(DType dt, void *cublas_handle, void *c, const void *a, const void *b, int64_t batch, int64_t m,
                  int64_t n, int64_t k, int trans_a, int trans_b, int64_t stride_a, int64_t stride_b, int64_t stride_c,
                  int accumulate);
-/* split_k > 1 (batch 1, K divisible by it): K is cut into split_k slices whose products go to f32
- * partials in `workspace` (matmul_cuda_workspace_bytes) and are summed in slice order, so the
- * result is deterministic; matmul_cuda_pick_split_k says when that pays (few output tiles, long K:
- * weight gradients). split_k 1 ignores workspace. */
-#define MATMUL_MAX_SPLIT_K 8
-int matmul_cuda_pick_split_k(int64_t batch, int64_t m, int64_t n, int64_t k);
-size_t matmul_cuda_workspace_bytes(int split_k, int64_t m, int64_t n);
 void matmul_cuda_ex(DType dt, MatmulCompute compute, void *cublas_handle, void *c, const void *a, const void *b,
                     int64_t batch, int64_t m, int64_t n, int64_t k, int trans_a, int trans_b, int64_t stride_a,
-                    int64_t stride_b, int64_t stride_c, int accumulate, int split_k, float *workspace);
+                    int64_t stride_b, int64_t stride_c, int accumulate);
 
 #ifdef __cplusplus
 }

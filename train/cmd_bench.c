@@ -248,14 +248,14 @@ static int bench_run(const BenchArgs *a) {
 
 /* Median ms of one GEMM configuration (see matmul_cuda_ex). */
 static double time_gemm(const BenchArgs *a, CudaCtx *cu, DType dt, MatmulCompute mc, void *c, const void *x,
-                        const void *y, int64_t m, int64_t n, int64_t k, int ta, int tb, int acc, int split, float *ws) {
+                        const void *y, int64_t m, int64_t n, int64_t k, int ta, int tb, int acc) {
     cudaEvent_t e0, e1;
     BCK(cudaEventCreate(&e0));
     BCK(cudaEventCreate(&e1));
     float *t = (float *)xmalloc(sizeof(float) * (size_t)a->iters);
     for (int it = -a->warmup; it < a->iters; it++) {
         BCK(cudaEventRecord(e0, cu->stream));
-        matmul_cuda_ex(dt, mc, cu->cublas, c, x, y, 1, m, n, k, ta, tb, 0, 0, 0, acc, split, ws);
+        matmul_cuda_ex(dt, mc, cu->cublas, c, x, y, 1, m, n, k, ta, tb, 0, 0, 0, acc);
         BCK(cudaEventRecord(e1, cu->stream));
         BCK(cudaEventSynchronize(e1));
         float ms;
@@ -283,35 +283,29 @@ static int bench_matmul_run(const BenchArgs *a) {
     for (int i = 0; i < (1 << 20); i++) pool[i] = (float)rng_normal(&rng);
     const int64_t M = a->tokens;
     printf("gdp bench matmul: %lld rows, median of %d (warm-up %d); ms (TFLOP/s)\n", (long long)M, a->iters, a->warmup);
-    printf("%-16s %-12s %17s %17s %17s %17s %5s\n", "layer", "operands", "y = x W^T", "dx = dy W", "dW += dy^T x",
-           "dW split-K", "split");
+    printf("%-16s %-20s %17s %17s %17s\n", "layer", "operands -> output", "y = x W^T", "dx = dy W", "dW += dy^T x");
+    static const char *variant[3] = {"f32 as bf16 -> f32", "bf16 -> bf16", "bf16 -> f32"};
     for (size_t si = 0; si < GDP_ARRAY_LEN(shapes); si++) {
         const int64_t K = shapes[si].in, N = shapes[si].out;
         const double fl = 2.0 * (double)M * N * K;
-        for (int v = 0; v < 2; v++) {
-            const DType dt = v ? GDP_BF16 : GDP_F32;
-            const MatmulCompute mc = v ? MATMUL_EXACT : MATMUL_BF16_INPUTS;
-            void *x = bench_buffer(M * K, dt, 0, 0, pool, 1 << 20, 11), *w = bench_buffer(N * K, dt, 0, 0, pool, 1 << 20, 12);
-            void *dy = bench_buffer(M * N, dt, 0, 0, pool, 1 << 20, 13), *yb, *dx, *dw;
-            BCK(cudaMalloc(&yb, dtype_size(dt) * (size_t)(M * N)));
-            BCK(cudaMalloc(&dx, dtype_size(dt) * (size_t)(M * K)));
-            BCK(cudaMalloc(&dw, dtype_size(dt) * (size_t)(N * K)));
-            BCK(cudaMemset(dw, 0, dtype_size(dt) * (size_t)(N * K)));
-            /* dW [N,K] = dy^T [N,M] x [M,K]: the weight gradient, K = M rows */
-            const int split = matmul_cuda_pick_split_k(1, N, K, M);
-            float *ws = NULL;
-            if (split > 1) BCK(cudaMalloc((void **)&ws, matmul_cuda_workspace_bytes(split, N, K)));
-            double tf = time_gemm(a, cu, dt, mc, yb, x, w, M, N, K, 0, 1, 0, 1, NULL);
-            double tdx = time_gemm(a, cu, dt, mc, dx, dy, w, M, K, N, 0, 0, 0, 1, NULL);
-            double tdw = time_gemm(a, cu, dt, mc, dw, dy, x, N, K, M, 1, 0, 1, 1, NULL);
-            double tds = split > 1 ? time_gemm(a, cu, dt, mc, dw, dy, x, N, K, M, 1, 0, 1, split, ws) : tdw;
-            printf("%-16s %-12s %8.3f (%6.1f) %8.3f (%6.1f) %8.3f (%6.1f) %8.3f (%6.1f) %5d\n", shapes[si].what,
-                   v ? "bf16" : "f32 as bf16", tf, fl / tf / 1e9, tdx, fl / tdx / 1e9, tdw, fl / tdw / 1e9, tds,
-                   fl / tds / 1e9, split);
+        for (int v = 0; v < 3; v++) {
+            /* 0: training before the bf16 GEMMs; 1: all bf16; 2: what autocast runs now */
+            const DType in = v ? GDP_BF16 : GDP_F32, out = v == 1 ? GDP_BF16 : GDP_F32;
+            const MatmulCompute mc = v == 0 ? MATMUL_BF16_INPUTS : v == 1 ? MATMUL_EXACT : MATMUL_BF16_F32_OUT;
+            void *x = bench_buffer(M * K, in, 0, 0, pool, 1 << 20, 11), *w = bench_buffer(N * K, in, 0, 0, pool, 1 << 20, 12);
+            void *dy = bench_buffer(M * N, in, 0, 0, pool, 1 << 20, 13), *yb, *dx, *dw;
+            BCK(cudaMalloc(&yb, dtype_size(out) * (size_t)(M * N)));
+            BCK(cudaMalloc(&dx, dtype_size(out) * (size_t)(M * K)));
+            BCK(cudaMalloc(&dw, dtype_size(out) * (size_t)(N * K)));
+            BCK(cudaMemset(dw, 0, dtype_size(out) * (size_t)(N * K)));
+            double tf = time_gemm(a, cu, in, mc, yb, x, w, M, N, K, 0, 1, 0);
+            double tdx = time_gemm(a, cu, in, mc, dx, dy, w, M, K, N, 0, 0, 0);
+            double tdw = time_gemm(a, cu, in, mc, dw, dy, x, N, K, M, 1, 0, 1); /* dW [N,K] = dy^T x */
+            printf("%-16s %-20s %8.3f (%6.1f) %8.3f (%6.1f) %8.3f (%6.1f)\n", shapes[si].what, variant[v], tf,
+                   fl / tf / 1e9, tdx, fl / tdx / 1e9, tdw, fl / tdw / 1e9);
             fflush(stdout);
-            void *bufs[] = {x, w, dy, yb, dx, dw, ws};
-            for (size_t i = 0; i < GDP_ARRAY_LEN(bufs); i++)
-                if (bufs[i]) BCK(cudaFree(bufs[i]));
+            void *bufs[] = {x, w, dy, yb, dx, dw};
+            for (size_t i = 0; i < GDP_ARRAY_LEN(bufs); i++) BCK(cudaFree(bufs[i]));
         }
     }
     free(pool);

@@ -127,6 +127,10 @@ CtxSizes train_ctx_sizes(const ModelConfig *cfg, int64_t batch, int64_t seq, Dev
         double bf16_bytes = 2.0 * tokens * cfg->num_hidden_layers * (kd + sl * kd + sl * vd + sl * cfg->num_heads + vd);
         s.act_bytes += (size_t)bf16_bytes;
         s.grad_bytes += (size_t)bf16_bytes;
+        /* the linear GEMMs' bf16 operand copies (core/ops.h), the largest weight's included */
+        double widest = GDP_MAX(GDP_MAX((double)cfg->vocab_size, (double)cfg_intermediate(cfg)), GDP_MAX(sl * kd, sl * vd));
+        double gemm = (double)MATMUL_AUTOCAST_CHUNK_BYTES + 2.0 * widest * cfg->hidden_size + 16 * MiB;
+        if (gemm > (double)s.scratch_bytes) s.scratch_bytes = (size_t)gemm;
     }
     s.tape_nodes = 64 * cfg->num_hidden_layers + 256;
     if (o) {

@@ -6,6 +6,7 @@
  * as one tall matrix (for trans_a, whose rows are not contiguous, one GEMM per batch entry, each
  * accumulating into the same gradient in batch order). */
 #include "core/op_util.h"
+#include "kernels/cast.h"
 #include "kernels/matmul.h"
 #ifdef GDP_CUDA
 #include "core/cuda_ctx.h"
@@ -17,25 +18,94 @@ static void gemm(Ctx *ctx, DType dt, void *c, const void *a, const void *b, int6
                  int64_t k, int ta, int tb, int64_t sa, int64_t sb, int64_t sc, int acc) {
     if (ctx->device == DEV_CPU)
         matmul_cpu(dt, c, a, b, batch, m, n, k, ta, tb, sa, sb, sc, acc);
-    else {
-#ifdef GDP_CUDA
-        /* Split-K partials live in scratch only until the stream-ordered reduction has read them. */
-        int split = matmul_cuda_pick_split_k(batch, m, n, k);
-        size_t mark = arena_mark(&ctx->scratch);
-        float *ws = split > 1 ? (float *)arena_alloc(&ctx->scratch, matmul_cuda_workspace_bytes(split, m, n)) : NULL;
-        matmul_cuda_ex(dt, ctx->autocast_bf16 ? MATMUL_BF16_INPUTS : MATMUL_EXACT, ctx->cuda->cublas, c, a, b, batch, m,
-                       n, k, ta, tb, sa, sb, sc, acc, split, ws);
-        arena_rewind(&ctx->scratch, mark);
-#else
-        CUDA_ONLY((void)0);
-#endif
-    }
+    else
+        CUDA_ONLY(matmul_cuda_ex(dt, ctx->autocast_bf16 ? MATMUL_BF16_INPUTS : MATMUL_EXACT, ctx->cuda->cublas, c, a,
+                                 b, batch, m, n, k, ta, tb, sa, sb, sc, acc));
 }
+
+#ifdef GDP_CUDA
+/* bf16 autocast of a row-major product C [rows, N] = A [rows, K] op(B) (a linear layer: one GEMM
+ * over all rows). cuBLAS reads f32 operands at a third to a half of its bf16 rate (`gdp bench
+ * matmul`), so the operands are cast to bf16 in scratch (B whole, A and dC in row chunks of at most
+ * 256 MiB) and the GEMMs write f32 C, dA and dB directly, accumulating where the gradient does.
+ * Nothing extra is kept: backward casts A and B again. */
+static bool autocast_rows(Ctx *ctx, const Tensor *a, int ta, int shared, int64_t batch) {
+    return ctx->device == DEV_CUDA && ctx->autocast_bf16 && a->dtype == GDP_F32 && !ta && (shared || batch == 1);
+}
+
+static void *bf16_copy(Ctx *ctx, const void *src, int64_t n) {
+    void *d = arena_alloc(&ctx->scratch, (size_t)n * 2);
+    cast_cuda(GDP_BF16, d, GDP_F32, src, n, 0, ctx_stream(ctx));
+    return d;
+}
+
+/* A fixed budget, not the arena's free space: the chunking (and so the order of dB's sums) must be
+ * the same in every step, fitted arenas or not. */
+static int64_t chunk_rows(int64_t rows, int64_t bytes_per_row) {
+    int64_t r = (int64_t)(MATMUL_AUTOCAST_CHUNK_BYTES / (size_t)bytes_per_row);
+    if (r < 1) r = 1;
+    return r < rows ? r : rows;
+}
+
+static void gemm_bf16(Ctx *ctx, float *c, const void *a, const void *b, int64_t m, int64_t n, int64_t k, int ta,
+                      int tb, int acc) {
+    matmul_cuda_ex(GDP_BF16, MATMUL_BF16_F32_OUT, ctx->cuda->cublas, c, a, b, 1, m, n, k, ta, tb, 0, 0, 0, acc);
+}
+
+static void autocast_rows_forward(Ctx *ctx, Tensor *a, Tensor *b, Tensor *c, int64_t rows, int64_t n, int64_t k,
+                                  int tb) {
+    size_t mark = arena_mark(&ctx->scratch);
+    const void *wb = bf16_copy(ctx, b->data, n * k);
+    const int64_t step = chunk_rows(rows, 2 * k);
+    for (int64_t r0 = 0; r0 < rows; r0 += step) {
+        const int64_t r = GDP_MIN(step, rows - r0);
+        size_t chunk = arena_mark(&ctx->scratch); /* reused by the next chunk after this GEMM (one stream) */
+        const void *ab = bf16_copy(ctx, (const float *)a->data + r0 * k, r * k);
+        gemm_bf16(ctx, (float *)c->data + r0 * n, ab, wb, r, n, k, 0, tb, 0);
+        arena_rewind(&ctx->scratch, chunk);
+    }
+    arena_rewind(&ctx->scratch, mark);
+}
+
+static void autocast_rows_backward(Ctx *ctx, Tensor *a, Tensor *b, const Tensor *dc, int64_t rows, int64_t n,
+                                   int64_t k, int tb) {
+    bool acc_a = false, acc_b = false;
+    Tensor *da = a->requires_grad ? grad_dest(ctx, a, &acc_a) : NULL;
+    Tensor *db = b->requires_grad ? grad_dest(ctx, b, &acc_b) : NULL;
+    if (!da && !db) return;
+    size_t mark = arena_mark(&ctx->scratch);
+    const void *wb = da ? bf16_copy(ctx, b->data, n * k) : NULL;
+    const int64_t step = chunk_rows(rows, 2 * n + (db ? 2 * k : 0));
+    for (int64_t r0 = 0; r0 < rows; r0 += step) {
+        const int64_t r = GDP_MIN(step, rows - r0);
+        size_t chunk = arena_mark(&ctx->scratch);
+        const void *dcb = bf16_copy(ctx, (const float *)dc->data + r0 * n, r * n);
+        if (da) /* dA [r, K] = dC [r, N] op(B)^T */
+            gemm_bf16(ctx, (float *)da->data + r0 * k, dcb, wb, r, k, n, 0, !tb, acc_a);
+        if (db) { /* dB summed over the chunks in row order, into the f32 gradient */
+            const void *ab = bf16_copy(ctx, (const float *)a->data + r0 * k, r * k);
+            const int acc = acc_b || r0 > 0;
+            if (!tb) /* dB [K, N] = A^T dC */
+                gemm_bf16(ctx, (float *)db->data, ab, dcb, k, n, r, 1, 0, acc);
+            else /* B stored [N, K]: dB = dC^T A */
+                gemm_bf16(ctx, (float *)db->data, dcb, ab, n, k, r, 1, 0, acc);
+        }
+        arena_rewind(&ctx->scratch, chunk);
+    }
+    arena_rewind(&ctx->scratch, mark);
+}
+#endif
 
 static void matmul_forward(Ctx *ctx, Node *nd) {
     Tensor *a = nd->in[0], *b = nd->in[1], *c = nd->out[0];
     int ta = (int)nd->attr[MM_TA].i, tb = (int)nd->attr[MM_TB].i, shared = (int)nd->attr[MM_SHARED].i;
     int64_t batch = nd->attr[MM_BATCH].i, m = nd->attr[MM_M].i, n = nd->attr[MM_N].i, k = nd->attr[MM_K].i;
+#ifdef GDP_CUDA
+    if (autocast_rows(ctx, a, ta, shared, batch)) {
+        autocast_rows_forward(ctx, a, b, c, batch * m, n, k, tb);
+        return;
+    }
+#endif
     if (shared && !ta) /* [batch*M, K] rows times one weight: a single GEMM */
         gemm(ctx, a->dtype, c->data, a->data, b->data, 1, batch * m, n, k, 0, tb, 0, 0, 0, 0);
     else
@@ -46,6 +116,12 @@ static void matmul_backward(Ctx *ctx, Node *nd) {
     Tensor *a = nd->in[0], *b = nd->in[1], *dc = nd->out[0]->grad;
     int ta = (int)nd->attr[MM_TA].i, tb = (int)nd->attr[MM_TB].i, shared = (int)nd->attr[MM_SHARED].i;
     int64_t batch = nd->attr[MM_BATCH].i, m = nd->attr[MM_M].i, n = nd->attr[MM_N].i, k = nd->attr[MM_K].i;
+#ifdef GDP_CUDA
+    if (autocast_rows(ctx, a, ta, shared, batch)) {
+        autocast_rows_backward(ctx, a, b, dc, batch * m, n, k, tb);
+        return;
+    }
+#endif
     int64_t sb = shared ? 0 : k * n;
     DType dt = a->dtype;
     bool acc;
@@ -115,18 +191,10 @@ static Tensor *matmul_shared_ta_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_matmul(ctx, op_matmul(ctx, x, w1, true, false), w2, true, true); /* [2,5,2] */
 }
 
-/* A weight gradient over 4096 rows: on CUDA its GEMM is cut into K slices (split-K). */
-static Tensor *matmul_split_k_case(Ctx *ctx, DType dt, uint64_t seed) {
-    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 2048, 4));
-    Tensor *w = gc_random(ctx, dt, &seed, -1, 1, SHAPE(5, 4));
-    return op_matmul(ctx, x, w, false, true); /* [2,2048,5] */
-}
-
 const OpDef op_matmul_def = {"matmul", matmul_forward, matmul_backward, matmul_case, 0, 0};
 /* Extra registry entries: the same op, other gradcheck cases. */
 const OpDef op_matmul_tt_def = {"matmul_tt", matmul_forward, matmul_backward, matmul_tt_case, 0, 0};
 const OpDef op_matmul_shared_def = {"matmul_shared", matmul_forward, matmul_backward, matmul_shared_case, 0, 0};
-const OpDef op_matmul_split_k_def = {"matmul_split_k", matmul_forward, matmul_backward, matmul_split_k_case, 0, 0};
 const OpDef op_matmul_shared_ta_def = {"matmul_shared_ta", matmul_forward, matmul_backward, matmul_shared_ta_case, 0, 0};
 
 Tensor *op_matmul(Ctx *ctx, Tensor *a, Tensor *b, bool trans_a, bool trans_b) {

@@ -1,5 +1,6 @@
 /* Every registered op on CUDA (f32 and bf16) against the CPU float64 path, forward and backward. */
 #include "core/gradcheck.h"
+#include "core/op_util.h"
 #include "core/tape.h"
 #include "tests/gpu/gpu_test.h"
 
@@ -19,6 +20,28 @@ GPU_TEST(every_op_matches_cpu_f64) {
             GPU_EXPECT(r16.worst <= b16, "%s bf16 seed %llu: worst rel err %.3e > %.0e", def->name, (unsigned long long)seed,
                        r16.worst, b16);
         }
+    }
+}
+
+/* bf16 autocast's linear GEMMs (bf16 copies of f32 operands, f32 outputs and gradients): a 2-D
+ * product against a transposed weight, then a batched one against a shared plain weight. */
+static Tensor *autocast_linear_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    (void)user;
+    if (ctx->device == DEV_CUDA) ctx->autocast_bf16 = true;
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(150, 48));
+    Tensor *w1 = gc_random(ctx, dt, &seed, -1, 1, SHAPE(40, 48));
+    Tensor *w2 = gc_random(ctx, dt, &seed, -1, 1, SHAPE(20, 24));
+    Tensor *y = op_matmul(ctx, x, w1, false, true); /* [150, 40] */
+    return op_matmul(ctx, op_reshape(ctx, y, SHAPE(3, 100, 20)), w2, false, false); /* [3, 100, 24] */
+}
+
+GPU_TEST(autocast_linear_matches_cpu_f64) {
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        GradcheckResult r = gradcheck_vs_cpu(autocast_linear_case, NULL, seed, DEV_CUDA, GDP_F32);
+        GPU_EXPECT(r.worst <= 1e-2, "autocast linear seed %llu: worst rel err %.3e > 1e-2", (unsigned long long)seed,
+                   r.worst);
+        GPU_EXPECT(r.worst > 1e-6, "autocast linear seed %llu: rel err %.3e is f32-exact: the bf16 path did not run",
+                   (unsigned long long)seed, r.worst);
     }
 }
 
