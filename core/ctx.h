@@ -28,6 +28,8 @@ typedef struct Ctx {
     bool grad_enabled;                    /* ops record nodes only when true */
     bool autocast_bf16;                   /* CUDA: f32 matmuls on bf16 tensor cores, layers may run
                                            * their heavy ops in bf16 (off by default: exact f32) */
+    bool autocast_gemm_copies;            /* with autocast_bf16: linear GEMMs on bf16 copies of their
+                                           * operands (core/ops/matmul.c) instead of cuBLAS rounding f32 */
     struct CudaCtx *cuda;                 /* stream and cuBLAS(Lt) handles; NULL on CPU */
     struct OpProfile *profile;            /* non-NULL: every op is timed into it (core/profile.h) */
 } Ctx;

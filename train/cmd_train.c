@@ -130,7 +130,7 @@ CtxSizes train_ctx_sizes(const ModelConfig *cfg, int64_t batch, int64_t seq, Dev
         /* the linear GEMMs' bf16 operand copies (core/ops.h), the largest weight's included */
         double widest = GDP_MAX(GDP_MAX((double)cfg->vocab_size, (double)cfg_intermediate(cfg)), GDP_MAX(sl * kd, sl * vd));
         double gemm = (double)MATMUL_AUTOCAST_CHUNK_BYTES + 2.0 * widest * cfg->hidden_size + 16 * MiB;
-        if (gemm > (double)s.scratch_bytes) s.scratch_bytes = (size_t)gemm;
+        if (o->bf16_gemm_copies && gemm > (double)s.scratch_bytes) s.scratch_bytes = (size_t)gemm;
     }
     s.tape_nodes = 64 * cfg->num_hidden_layers + 256;
     if (o) {
@@ -339,6 +339,7 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
     const int64_t B = o->batch, T = o->seq;
     Ctx *ctx = ctx_create(dev, train_ctx_sizes(&cfg, B, T, dev, o));
     ctx->autocast_bf16 = train_autocast_bf16(o, dev);
+    ctx->autocast_gemm_copies = ctx->autocast_bf16 && o->bf16_gemm_copies;
     dist_attach(dist, ctx);
     ParamStore ps;
     Model model;
@@ -572,6 +573,9 @@ static const CliOpt train_opts[] = {
     {"profile", 0, NULL, "time every op (forward and backward) after the first step; a table at the end (slows training)"},
     {"autocast", 0, "MODE", "bf16: matmuls on bf16 tensor cores (f32 accumulation) and the GDP op in bf16, with f32 "
                             "master weights and optimizer; off: f32 throughout; auto (default): bf16 on cuda, off on cpu"},
+    {"bf16-gemm", 0, "MODE", "with bf16 autocast: inside (default): cuBLAS rounds the f32 operands; copies: the linear "
+                             "GEMMs run on bf16 copies of their operands with f32 outputs (2-4x faster GEMMs in "
+                             "`gdp bench matmul`; not yet run in a training on the GPU)"},
     {"peak-tflops", 0, "TF", "peak TFLOP/s per GPU for MFU (default 989, H100/H200 dense bf16)"},
     {"act-mem", 0, "MiB", "activation arena size (default: estimated from the model and B x T)"},
     {"grad-mem", 0, "MiB", "activation-gradient arena size (default: estimated)"},
@@ -639,6 +643,10 @@ static void on_train_opt(const CliOpt *opt, const char *v, void *user) {
         if (strcmp(v, "bf16") && strcmp(v, "off") && strcmp(v, "auto"))
             cli_usage_error(&train_cmd, "--autocast '%s': use bf16, off or auto", v);
         o->autocast = v;
+    } else if (!strcmp(n, "bf16-gemm")) {
+        if (strcmp(v, "inside") && strcmp(v, "copies"))
+            cli_usage_error(&train_cmd, "--bf16-gemm '%s': use inside or copies", v);
+        o->bf16_gemm_copies = !strcmp(v, "copies");
     } else if (!strcmp(n, "peak-tflops")) o->peak_tflops = cli_double(n, v, 1e-3, 1e6);
     else if (!strcmp(n, "act-mem")) o->act_mem_mb = cli_int(n, v, 1, BIG);
     else if (!strcmp(n, "grad-mem")) o->grad_mem_mb = cli_int(n, v, 1, BIG);

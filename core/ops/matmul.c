@@ -30,7 +30,8 @@ static void gemm(Ctx *ctx, DType dt, void *c, const void *a, const void *b, int6
  * 256 MiB) and the GEMMs write f32 C, dA and dB directly, accumulating where the gradient does.
  * Nothing extra is kept: backward casts A and B again. */
 static bool autocast_rows(Ctx *ctx, const Tensor *a, int ta, int shared, int64_t batch) {
-    return ctx->device == DEV_CUDA && ctx->autocast_bf16 && a->dtype == GDP_F32 && !ta && (shared || batch == 1);
+    return ctx->device == DEV_CUDA && ctx->autocast_bf16 && ctx->autocast_gemm_copies && a->dtype == GDP_F32 && !ta &&
+           (shared || batch == 1);
 }
 
 static void *bf16_copy(Ctx *ctx, const void *src, int64_t n) {

@@ -50,6 +50,7 @@ expect_exit 0 "profile over 2 step(s)" "train --profile" "$GDP" train --data "$T
 grep -q "gated_deltaproduct" "$TMP/out" && grep -q "(clip + adamw)" "$TMP/out" && ok "profile names the GDP op and AdamW" ||
     bad "profile table"
 expect_exit 2 "out of range" "negative --bucket-mb" "$GDP" train --data "$T" --bucket-mb -1
+expect_exit 2 "use inside or copies" "bad --bf16-gemm" "$GDP" train --data "$T" --bf16-gemm fast
 
 # ---- the config file the run wrote trains the same model
 expect_exit 0 "0.127M parameters" "train --config config.txt" "$GDP" train --data "$T" --config "$R/config.txt" \

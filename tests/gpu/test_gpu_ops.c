@@ -27,7 +27,7 @@ GPU_TEST(every_op_matches_cpu_f64) {
  * product against a transposed weight, then a batched one against a shared plain weight. */
 static Tensor *autocast_linear_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
     (void)user;
-    if (ctx->device == DEV_CUDA) ctx->autocast_bf16 = true;
+    if (ctx->device == DEV_CUDA) ctx->autocast_bf16 = ctx->autocast_gemm_copies = true;
     Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(150, 48));
     Tensor *w1 = gc_random(ctx, dt, &seed, -1, 1, SHAPE(40, 48));
     Tensor *w2 = gc_random(ctx, dt, &seed, -1, 1, SHAPE(20, 24));
