@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call for everything that needs the GPU machine: build, make test-gpu, the vectors on
 # CUDA, a short `small` training run on the GPU (tokens/s), `base` tokens/s at n_h 1/2/3 and its op profile
-# (alone on the GPU), then the Python
+# (alone on the GPU), the same with --bf16-gemm copies and `gdp bench matmul`, then the Python
 # checks (fla export, ctypes), compute-sanitizer on the op tests. Logs under $OUT, a table last.
 # Needs in carry: .carry (test vectors, fla) and data_cache/gcide (gcide.dict.dz).
 set -u
@@ -30,10 +30,21 @@ for nh in 1 2 3; do
         --data /tmp/gcide --steps 10 --batch 8 --seq 2048 --eval-every 0 --print-every 1
     grep -E "^step +10/|^memory" "$OUT/train-base-nh$nh.log"
 done
+# the opt-in bf16 GEMM operand copies: same runs, then its own profile
+for nh in 1 2 3; do
+    run train-base-copies-nh$nh 60 build/gdp train --preset base --set num_householder=$nh --set vocab_size=32000 --device cuda \
+        --data /tmp/gcide --steps 10 --batch 8 --seq 2048 --eval-every 0 --print-every 1 --bf16-gemm copies
+    grep -E "^step +10/|^memory" "$OUT/train-base-copies-nh$nh.log"
+done
+run profile-base-copies 60 build/gdp train --preset base --set vocab_size=32000 --device cuda --data /tmp/gcide --steps 4 \
+    --batch 8 --seq 2048 --eval-every 0 --quiet --profile --bf16-gemm copies
+sed -n '/profile over/,$p' "$OUT/profile-base-copies.log" | head -12
+run bench-matmul 60 build/gdp bench matmul --iters 10
+cat "$OUT/bench-matmul.log"
 run profile-base 60 build/gdp train --preset base --set vocab_size=32000 --device cuda --data /tmp/gcide --steps 4 \
     --batch 8 --seq 2048 --eval-every 0 --quiet --profile
 sed -n '/profile over/,$p' "$OUT/profile-base.log" | head -24
-run py-checks 260 sh scripts/gpu_python_checks.sh
+run py-checks 330 sh scripts/gpu_python_checks.sh
 run memcheck-ops 150 compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/gpu/test_gpu_ops
 rm -rf "$OUT/small"/ckpt_* 2>/dev/null
 echo; cat "$OUT/gpu.txt"; printf '%s\n' "${rows[@]}"; echo "total $(( $(date +%s) - T0 )) s"

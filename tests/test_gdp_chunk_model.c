@@ -6,19 +6,10 @@
 #include <math.h>
 
 #include "core/common.h"
+#include "core/gradcheck.h"
 #include "kernels/gated_deltaproduct_common.h"
 #include "tests/check_main.h"
 #include "tests/gpu/gdp_chunk_model.h"
-
-static double rel_l2(const double *a, const double *b, int64_t n) {
-    double e = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        e += (a[i] - b[i]) * (a[i] - b[i]);
-        r += b[i] * b[i];
-    }
-    return r > 0 ? sqrt(e / r) : sqrt(e);
-}
 
 typedef struct Case {
     GdpMode mode;
