@@ -225,11 +225,17 @@ static Tensor *conv_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
     Tensor *w = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 4));
     return op_conv1d_causal(ctx, x, w);
 }
+static Tensor *conv_op(Ctx *ctx, Tensor *x, Tensor *w, bool silu) {
+    return silu ? op_conv1d_causal_silu(ctx, x, w) : op_conv1d_causal(ctx, x, w);
+}
 /* Longer kernel than the sequence, and both gradients accumulated by a second use. */
-static Tensor *conv_twice_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+static Tensor *conv_twice(Ctx *ctx, DType dt, uint64_t seed, bool silu) {
     Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 3, 2));
     Tensor *w = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 5));
-    return op_add(ctx, op_conv1d_causal(ctx, op_conv1d_causal(ctx, x, w), w), x);
+    return op_add(ctx, conv_op(ctx, conv_op(ctx, x, w, silu), w, silu), x);
+}
+static Tensor *conv_twice_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    return conv_twice(ctx, dt, seed, false);
 }
 
 START_TEST(conv1d_causal_gradcheck) {
@@ -277,24 +283,21 @@ static Tensor *conv_silu_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
     Tensor *w = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 3));
     return op_conv1d_causal_silu(ctx, x, w);
 }
-/* Kernel longer than the sequence, both gradients accumulated by a second use. */
 static Tensor *conv_silu_twice_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
-    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 3, 2));
-    Tensor *w = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 5));
-    return op_add(ctx, op_conv1d_causal_silu(ctx, op_conv1d_causal_silu(ctx, x, w), w), x);
+    return conv_twice(ctx, dt, seed, true);
 }
 /* One gradient alone: the backward skips the other. */
-static Tensor *conv_silu_dw_only_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+static Tensor *conv_silu_one_grad(Ctx *ctx, DType dt, uint64_t seed, bool want_dx) {
     Tensor *x = gc_random(ctx, dt, &seed, -2, 2, SHAPE(2, 35, 3));
     Tensor *w = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 4));
-    x->requires_grad = false;
+    (want_dx ? w : x)->requires_grad = false;
     return op_conv1d_causal_silu(ctx, x, w);
 }
+static Tensor *conv_silu_dw_only_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    return conv_silu_one_grad(ctx, dt, seed, false);
+}
 static Tensor *conv_silu_dx_only_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
-    Tensor *x = gc_random(ctx, dt, &seed, -2, 2, SHAPE(2, 35, 3));
-    Tensor *w = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 4));
-    w->requires_grad = false;
-    return op_conv1d_causal_silu(ctx, x, w);
+    return conv_silu_one_grad(ctx, dt, seed, true);
 }
 
 START_TEST(conv1d_causal_silu_gradcheck) {
