@@ -6,9 +6,12 @@
 #include "core/op_util.h"
 #include "core/profile.h"
 
-/* Runs a node's forward or backward, timed into ctx->profile when there is one. */
+extern const OpDef op_checkpoint_def;
+
+/* Runs a node's forward or backward, timed into ctx->profile when there is one (not a checkpoint:
+ * the ops inside it are timed themselves). */
 static void run_timed(Ctx *ctx, Node *node, int backward) {
-    if (!ctx->profile) {
+    if (!ctx->profile || node->op == &op_checkpoint_def) {
         (backward ? node->op->backward : node->op->forward)(ctx, node);
         return;
     }
@@ -124,20 +127,121 @@ static void release_begin(Ctx *ctx) {
     r->mark = ctx->grads.used;
 }
 
+static void backward_node(Ctx *ctx, Node *node) {
+    bool any = false;
+    for (int j = 0; j < node->n_out; j++)
+        if (node->out[j]->grad_written) any = true;
+    /* Nothing downstream reached this node's outputs: no gradient flows through it. */
+    if (any) run_timed(ctx, node, 1);
+}
+
 static void run_backward(Ctx *ctx) {
     Tape *tape = &ctx->tape;
     release_begin(ctx);
     TapeHook *hook = tape->hook;
     if (hook && hook->begin) hook->begin(hook->user, tape);
     for (int i = tape->n - 1; i >= 0; i--) {
-        Node *node = &tape->nodes[i];
-        bool any = false;
-        for (int j = 0; j < node->n_out; j++)
-            if (node->out[j]->grad_written) any = true;
-        /* Nothing downstream reached this node's outputs: no gradient flows through it. */
-        if (any) run_timed(ctx, node, 1);
+        backward_node(ctx, &tape->nodes[i]);
         if (hook && hook->passed) hook->passed(hook->user, tape, i);
     }
+}
+
+/* ---- recomputation --------------------------------------------------------------------------- */
+
+typedef struct CheckpointCall {
+    CheckpointFn fn;
+    const void *user;
+} CheckpointCall;
+
+static void checkpoint_same_shape(const Tensor *x, const Tensor *r) {
+    char a[TENSOR_DESC_LEN], b[TENSOR_DESC_LEN];
+    GDP_CHECK(r && tensor_same_shape(r, x) && r->dtype == x->dtype,
+              "op 'checkpoint': the function must return a tensor like its input %s, got %s",
+              tensor_describe(x, a, sizeof a), r ? tensor_describe(r, b, sizeof b) : "NULL");
+}
+
+static void checkpoint_forward(Ctx *ctx, Node *n) {
+    const CheckpointCall *call = (const CheckpointCall *)n->attr[0].p;
+    Tensor *x = n->in[0], *y = n->out[0];
+    size_t acts = arena_mark(&ctx->acts), meta = arena_mark(&ctx->step_meta);
+    bool grad = ctx->grad_enabled;
+    ctx->grad_enabled = false;
+    Tensor *r = call->fn(ctx, call->user, x);
+    ctx->grad_enabled = grad;
+    checkpoint_same_shape(x, r);
+    op_copy_or_accumulate(ctx, y, r, false);
+    /* Stream order: whatever reuses this memory next runs after the copy. */
+    arena_rewind(&ctx->acts, acts);
+    arena_rewind(&ctx->step_meta, meta);
+}
+
+static void checkpoint_backward(Ctx *ctx, Node *n) {
+    const CheckpointCall *call = (const CheckpointCall *)n->attr[0].p;
+    Tensor *x = n->in[0], *y = n->out[0];
+    Tape *tape = &ctx->tape;
+    GDP_CHECK(!tape->hook, "op 'checkpoint': recomputation cannot run under a tape hook (gradient buckets); "
+                           "reduce the gradients after backward instead");
+    bool acc = false;
+    Tensor *dx = x->requires_grad ? grad_dest(ctx, x, &acc) : NULL; /* outlives the release below */
+    size_t acts = arena_mark(&ctx->acts), meta = arena_mark(&ctx->step_meta), grads = arena_mark(&ctx->grads);
+    const int first = tape->n;
+    Tensor *xin = tensor_view(ctx, x, x->ndim, x->shape, x->stride, 0); /* a fresh leaf */
+    xin->requires_grad = true;
+    bool grad = ctx->grad_enabled;
+    ctx->grad_enabled = true;
+    Tensor *r = call->fn(ctx, call->user, xin);
+    ctx->grad_enabled = grad;
+    checkpoint_same_shape(x, r);
+    GDP_CHECK(r->requires_grad && r->recorded, "op 'checkpoint': the function's output does not depend on its input");
+    for (int i = first; i < tape->n; i++) /* leaves other than x keep gradients only in persist */
+        for (int j = 0; j < tape->nodes[i].n_in; j++) {
+            const Tensor *t = tape->nodes[i].in[j];
+            if (t && t->requires_grad && !t->recorded && t != xin && !t->is_param)
+                gdp_fatal("op 'checkpoint': op '%s' inside the recomputed function reads '%s', a leaf that needs a "
+                          "gradient but is not a parameter; pass it as the function's input or register it",
+                          tape->nodes[i].op->name, t->name);
+        }
+    r->grad = tensor_view(ctx, y->grad, y->ndim, y->shape, y->stride, 0);
+    r->grad_written = true;
+    for (int i = tape->n - 1; i >= first; i--) backward_node(ctx, &tape->nodes[i]);
+    if (dx) {
+        if (xin->grad_written)
+            op_copy_or_accumulate(ctx, dx, xin->grad, acc);
+        else if (!acc)
+            device_memset(dx->device, dx->data, 0, tensor_bytes(dx));
+    }
+    tape->n = first;
+    arena_rewind(&ctx->grads, grads);
+    arena_rewind(&ctx->acts, acts);
+    arena_rewind(&ctx->step_meta, meta);
+}
+
+/* y = x * x * 0.5 + x through two checkpoints, so that the second recomputation reads the first
+ * checkpoint's output. */
+static Tensor *checkpoint_case_block(Ctx *ctx, const void *user, Tensor *x) {
+    (void)user;
+    return op_add(ctx, op_scale(ctx, op_mul(ctx, x, x), 0.5), x);
+}
+
+static Tensor *checkpoint_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 4));
+    Tensor *y = op_checkpoint(ctx, checkpoint_case_block, NULL, op_scale(ctx, x, 0.5));
+    return op_checkpoint(ctx, checkpoint_case_block, NULL, y);
+}
+
+const OpDef op_checkpoint_def = {"checkpoint", checkpoint_forward, checkpoint_backward, checkpoint_case, 0, 0};
+
+Tensor *op_checkpoint(Ctx *ctx, CheckpointFn fn, const void *user, Tensor *x) {
+    GDP_CHECK(fn && x, "op 'checkpoint': NULL function or input");
+    GDP_CHECK(tensor_is_contiguous(x), "op 'checkpoint': the input must be contiguous");
+    CheckpointCall *call = (CheckpointCall *)arena_alloc(&ctx->step_meta, sizeof *call);
+    call->fn = fn, call->user = user;
+    Node n = node_make(&op_checkpoint_def);
+    n.n_in = 1, n.in[0] = x;
+    n.attr[0].p = call;
+    n.n_out = 1, n.out[0] = op_new_out(ctx, x, x->ndim, x->shape);
+    op_run(ctx, &n);
+    return n.out[0];
 }
 
 void tape_backward_seeded(Ctx *ctx, Tensor *out, const Tensor *dout) {

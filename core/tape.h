@@ -82,6 +82,15 @@ void op_run(struct Ctx *ctx, Node *node);
  * tensor from before the boundary that did get a gradient in the released memory is a fatal error
  * (the boundary was put where it does not fit). */
 Tensor *op_grad_boundary(struct Ctx *ctx, Tensor *x);
+/* Recomputation (activation checkpointing): y = fn(ctx, user, x), where y has x's shape (a
+ * residual block). Forward runs fn without recording and keeps only y: fn's inner activations are
+ * released at once. Backward runs fn again on x, recording, walks those nodes back from y's
+ * gradient, adds the result into x's gradient and releases everything fn made (activations,
+ * activation gradients, tape nodes). Costs one more forward of fn; fn must be deterministic, and
+ * its leaves that need gradients must be parameters (their gradients outlive the release). Not for
+ * use with a TapeHook (the hook would not see the parameters' gradients being written). */
+typedef Tensor *(*CheckpointFn)(struct Ctx *ctx, const void *user, Tensor *x);
+Tensor *op_checkpoint(struct Ctx *ctx, CheckpointFn fn, const void *user, Tensor *x);
 /* Backward from a scalar: seeds d(loss)/d(loss) = 1. */
 void tape_backward(struct Ctx *ctx, Tensor *loss);
 /* Backward seeded with an explicit gradient for `out` (same shape and dtype). */

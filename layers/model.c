@@ -55,6 +55,16 @@ void model_create(Model *m, const ModelConfig *cfg, Ctx *ctx, ParamStore *ps, ui
 
 void model_free(Model *m) { free_check(&m->blocks); }
 
+/* One block: x + attn(norm(x)), then + mlp(norm(.)). */
+static Tensor *block_forward(Ctx *ctx, const void *user, Tensor *x) {
+    const Block *b = (const Block *)user;
+    const ModelConfig *c = b->cfg;
+    Tensor *h = op_rmsnorm(ctx, x, b->attn_norm, c->norm_eps);
+    x = op_add(ctx, x, gdp_layer_forward(ctx, &b->attn, c, h));
+    h = op_rmsnorm(ctx, x, b->mlp_norm, c->norm_eps);
+    return op_add(ctx, x, mlp_forward(ctx, &b->mlp, h));
+}
+
 Tensor *model_forward(Model *m, Tensor *ids) {
     Ctx *ctx = m->ctx;
     const ModelConfig *c = &m->cfg;
@@ -63,13 +73,14 @@ Tensor *model_forward(Model *m, Tensor *ids) {
               tensor_describe(ids, d, sizeof d));
     Tensor *x = embedding_forward(ctx, m->embeddings, ids); /* [B, T, D] */
     for (int i = 0; i < c->num_hidden_layers; i++) {
-        const Block *b = &m->blocks[i];
-        /* A block's inner gradients are released once backward has left it (core/tape.h). */
-        x = op_grad_boundary(ctx, x);
-        Tensor *h = op_rmsnorm(ctx, x, b->attn_norm, c->norm_eps);
-        x = op_add(ctx, x, gdp_layer_forward(ctx, &b->attn, c, h));
-        h = op_rmsnorm(ctx, x, b->mlp_norm, c->norm_eps);
-        x = op_add(ctx, x, mlp_forward(ctx, &b->mlp, h));
+        Block *b = &m->blocks[i];
+        b->cfg = c;
+        if (m->recompute) { /* only the block's input stays; backward runs it again */
+            x = op_checkpoint(ctx, block_forward, b, x);
+        } else {
+            /* A block's inner gradients are released once backward has left it (core/tape.h). */
+            x = block_forward(ctx, b, op_grad_boundary(ctx, x));
+        }
     }
     x = op_rmsnorm(ctx, x, m->norm, c->norm_eps);
     return linear_forward(ctx, x, m->head);

@@ -15,6 +15,7 @@ typedef struct Block {
     GdpLayer attn;     /* model.layers.N.attn.* */
     Tensor *mlp_norm;  /* model.layers.N.mlp_norm.weight */
     Mlp mlp;           /* model.layers.N.mlp.* */
+    const ModelConfig *cfg; /* the model's, set by model_forward (for recomputation) */
 } Block;
 
 typedef struct Model {
@@ -25,6 +26,7 @@ typedef struct Model {
     Block *blocks;
     Tensor *norm;       /* [D] */
     Tensor *head;       /* lm_head.weight / classifier.weight; == embeddings when tied */
+    bool recompute;     /* blocks recompute their activations in backward (op_checkpoint) */
 } Model;
 
 /* Registers (or, in direct mode, creates) every parameter, one gradient bucket per block. */

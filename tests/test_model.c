@@ -191,6 +191,59 @@ START_TEST(whole_model_gradients_f64) {
 }
 END_TEST
 
+/* ---- recomputation ------------------------------------------------------------------------------- */
+
+/* Loss and every parameter gradient of one step, with or without recomputed blocks, on the CPU. */
+static double recompute_step(ModelConfig c, bool recompute, float *grads, int64_t *n_grads, size_t *acts_peak) {
+    Ctx *ctx = ctx_create(DEV_CPU, ctx_default_sizes());
+    ParamStore ps;
+    Model m;
+    c.initializer_range = 0.2;
+    model_create(&m, &c, ctx, &ps, 5);
+    m.recompute = recompute;
+    const int B = 2, T = 37;
+    int32_t ids[2 * 37], tg[2 * 37];
+    Rng rng;
+    rng_seed(&rng, 4);
+    for (int i = 0; i < B * T; i++) ids[i] = (int32_t)rng_below(&rng, (uint64_t)c.vocab_size);
+    for (int i = 0; i < B * T; i++) tg[i] = (int32_t)rng_below(&rng, (uint64_t)c.vocab_size);
+    params_zero_grad(&ps);
+    Tensor *loss = model_loss_host(&m, ids, tg, B, T);
+    tape_backward(ctx, loss);
+    double l = tensor_get_host(loss, 0);
+    *n_grads = ps.total;
+    tensor_to_host(&(Tensor){.dtype = GDP_F32, .device = DEV_CPU, .ndim = 1, .shape = {ps.total}, .stride = {1},
+                             .numel = ps.total, .data = ps.flat_grads},
+                   grads);
+    *acts_peak = ctx->acts.high_water;
+    model_free(&m);
+    params_free_store(&ps);
+    ctx_destroy(ctx);
+    return l;
+}
+
+/* Recomputed blocks run the same ops on the same inputs: the loss and every gradient are the same
+ * bits, with less activation memory. */
+START_TEST(recompute_gives_identical_gradients) {
+    ModelConfig c;
+    model_config_preset(&c, "tiny");
+    for (int mode = 0; mode < 2; mode++) {
+        c.mode = mode ? GDP_MODE_SPLIT : GDP_MODE_HOUSEHOLDER;
+        float *g0 = (float *)xmalloc(sizeof(float) << 20), *g1 = (float *)xmalloc(sizeof(float) << 20);
+        int64_t n0, n1;
+        size_t a0, a1;
+        double l0 = recompute_step(c, false, g0, &n0, &a0), l1 = recompute_step(c, true, g1, &n1, &a1);
+        ck_assert(n0 == n1 && n0 < (1 << 20));
+        ck_assert_msg(l0 == l1, "loss %.17g with recompute vs %.17g without", l1, l0);
+        for (int64_t i = 0; i < n0; i++)
+            ck_assert_msg(g0[i] == g1[i], "gradient element %lld: %.9g with recompute vs %.9g without", (long long)i,
+                          g1[i], g0[i]);
+        ck_assert_msg(a1 < a0, "recompute used %zu activation bytes, not fewer than %zu", a1, a0);
+        free(g0), free(g1);
+    }
+}
+END_TEST
+
 /* ---- decoding ------------------------------------------------------------------------------------- */
 
 static void check_decode_matches_forward(ModelConfig c) {
@@ -475,6 +528,7 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, parameter_counts);
     tcase_add_test(tc, gate_initialisation);
     tcase_add_test(tc, whole_model_gradients_f64);
+    tcase_add_test(tc, recompute_gives_identical_gradients);
     tcase_add_test(tc, decode_matches_forward_both_modes);
     tcase_add_test(tc, sampling);
     tcase_add_test(tc, tiny_model_learns_text);

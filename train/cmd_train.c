@@ -344,6 +344,7 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
     ParamStore ps;
     Model model;
     model_create(&model, &cfg, ctx, &ps, o->seed);
+    model.recompute = o->recompute;
     result.n_params = params_count(&ps);
     GDP_CHECK(result.n_params == model_config_param_count(&cfg),
               "internal: the model registered %lld parameters, the config predicts %lld", (long long)result.n_params,
@@ -356,7 +357,8 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
     Optimizer opt;
     optim_init(&opt, &ps, acfg, shard_start, shard_end);
     DistBuckets buckets; /* gradient all-reduce in per-layer buckets during the last micro-step's backward */
-    dist_buckets_init(&buckets, dist, &ps, o->zero_stage, o->bucket_mb);
+    /* recomputed blocks write their parameters' gradients where a tape hook cannot see them */
+    dist_buckets_init(&buckets, dist, &ps, o->zero_stage, o->recompute ? 0 : o->bucket_mb);
     LrSchedule sched = {o->schedule, o->lr, o->final_lr_frac, o->warmup, o->steps, 0};
     if (sched.warmup < 0) sched.warmup = GDP_MIN((int64_t)100, o->steps / 10);
     lr_schedule_check(&sched);
@@ -412,7 +414,7 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
             printf("gradients: %d buckets (--bucket-mb %g), each %s started during backward\n", buckets.n,
                    o->bucket_mb, how);
         else
-            printf("gradients: one %s after backward (--bucket-mb 0)\n", how);
+            printf("gradients: one %s after backward (%s)\n", how, o->recompute ? "--recompute" : "--bucket-mb 0");
     }
     int32_t *inputs = (int32_t *)xmalloc((size_t)(B * T) * sizeof(int32_t));
     int32_t *targets = (int32_t *)xmalloc((size_t)(B * T) * sizeof(int32_t));
@@ -573,6 +575,9 @@ static const CliOpt train_opts[] = {
     {"profile", 0, NULL, "time every op (forward and backward) after the first step; a table at the end (slows training)"},
     {"autocast", 0, "MODE", "bf16: matmuls on bf16 tensor cores (f32 accumulation) and the GDP op in bf16, with f32 "
                             "master weights and optimizer; off: f32 throughout; auto (default): bf16 on cuda, off on cpu"},
+    {"recompute", 0, NULL, "keep only each block's input and run the block again in backward (activation "
+                           "checkpointing): much less memory for one more forward of the blocks; gradients are "
+                           "then reduced after backward, not in buckets"},
     {"bf16-gemm", 0, "MODE", "with bf16 autocast: inside (default): cuBLAS rounds the f32 operands; copies: the linear "
                              "GEMMs run on bf16 copies of their operands with f32 outputs (2-4x faster GEMMs in "
                              "`gdp bench matmul`; not yet run in a training on the GPU)"},
@@ -639,6 +644,7 @@ static void on_train_opt(const CliOpt *opt, const char *v, void *user) {
     else if (!strcmp(n, "print-every")) o->print_every = (int)cli_int(n, v, 1, 1 << 30);
     else if (!strcmp(n, "quiet")) o->quiet = true;
     else if (!strcmp(n, "profile")) o->profile = true;
+    else if (!strcmp(n, "recompute")) o->recompute = true;
     else if (!strcmp(n, "autocast")) {
         if (strcmp(v, "bf16") && strcmp(v, "off") && strcmp(v, "auto"))
             cli_usage_error(&train_cmd, "--autocast '%s': use bf16, off or auto", v);

@@ -54,6 +54,7 @@ typedef struct TrainOptions {
     bool quiet;
     double peak_tflops;      /* for MFU on GPU */
     bool profile;            /* time every op after the first step; table at the end */
+    bool recompute;          /* --recompute: blocks run again in backward (op_checkpoint) */
     const char *autocast;    /* "bf16", "off", or NULL/"auto": bf16 on cuda, off on cpu */
     bool bf16_gemm_copies;   /* --bf16-gemm copies: linear GEMMs on bf16 operand copies (autocast only) */
     int64_t act_mem_mb, grad_mem_mb, scratch_mem_mb, persist_mem_mb; /* 0: estimated */
