@@ -39,6 +39,10 @@ done
 run profile-base-copies 60 build/gdp train --preset base --set vocab_size=32000 --device cuda --data /tmp/gcide --steps 4 \
     --batch 8 --seq 2048 --eval-every 0 --quiet --profile --bf16-gemm copies
 sed -n '/profile over/,$p' "$OUT/profile-base-copies.log" | head -12
+# --recompute: memory and tokens/s of the checkpointed blocks, with the GEMM copies
+run train-base-recompute 60 build/gdp train --preset base --set vocab_size=32000 --device cuda --data /tmp/gcide \
+    --steps 10 --batch 8 --seq 2048 --eval-every 0 --print-every 1 --bf16-gemm copies --recompute
+grep -E "^step +10/|^memory" "$OUT/train-base-recompute.log"
 run bench-matmul 60 build/gdp bench matmul --iters 10
 cat "$OUT/bench-matmul.log"
 run profile-base 60 build/gdp train --preset base --set vocab_size=32000 --device cuda --data /tmp/gcide --steps 4 \
