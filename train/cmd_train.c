@@ -84,11 +84,18 @@ bool train_resolve_config(const TrainOptions *o, ModelConfig *cfg, bool *vocab_g
 
 /* Floats per token the forward keeps (activations and saved tensors), by the model's widths. An
  * over-estimate: measured use is about 0.55-0.65 of it for acts and 1.2x of it for grads. */
-static double act_floats_per_token(const ModelConfig *c) {
+/* Blocks whose activations are alive at once: all of them, or one with --recompute (the others
+ * keep only their input). */
+static double live_blocks(const ModelConfig *c, const TrainOptions *o) {
+    return o && o->recompute ? 1.0 : (double)c->num_hidden_layers;
+}
+
+static double act_floats_per_token(const ModelConfig *c, const TrainOptions *o) {
     double D = c->hidden_size, I = cfg_intermediate(c), kd = cfg_key_dim(c), vd = cfg_value_dim(c);
     double s = cfg_slots(c), H = c->num_heads;
     double layer = 12 * D + 4 * I + 5 * (kd + s * kd + s * vd) + 4 * vd + 6 * s * H + 6 * H;
-    return c->num_hidden_layers * layer + 3.0 * cfg_out_dim(c) + 4 * D;
+    double kept = o && o->recompute ? c->num_hidden_layers * D : 0; /* the recomputed blocks' inputs */
+    return live_blocks(c, o) * layer + kept + 3.0 * cfg_out_dim(c) + 4 * D;
 }
 
 bool train_autocast_bf16(const TrainOptions *o, Device dev) {
@@ -102,7 +109,7 @@ bool train_autocast_bf16(const TrainOptions *o, Device dev) {
 CtxSizes train_ctx_sizes(const ModelConfig *cfg, int64_t batch, int64_t seq, Device dev, const TrainOptions *o) {
     CtxSizes s = ctx_default_sizes();
     const double MiB = 1024.0 * 1024.0, tokens = (double)batch * seq;
-    double F = act_floats_per_token(cfg);
+    double F = act_floats_per_token(cfg, o);
     int64_t n_tensors = 24 * (int64_t)cfg->num_hidden_layers + 8;
     double params = (double)model_config_param_count(cfg) + 64.0 * n_tensors; /* + alignment padding */
     /* params, grads, AdamW m and v, all float32 */
@@ -124,7 +131,7 @@ CtxSizes train_ctx_sizes(const ModelConfig *cfg, int64_t batch, int64_t seq, Dev
 #endif
     s.scratch_bytes = (size_t)scratch;
     if (o && train_autocast_bf16(o, dev)) { /* the GDP op's bf16 copies of q, k, v, beta and o, and their grads */
-        double bf16_bytes = 2.0 * tokens * cfg->num_hidden_layers * (kd + sl * kd + sl * vd + sl * cfg->num_heads + vd);
+        double bf16_bytes = 2.0 * tokens * live_blocks(cfg, o) * (kd + sl * kd + sl * vd + sl * cfg->num_heads + vd);
         s.act_bytes += (size_t)bf16_bytes;
         s.grad_bytes += (size_t)bf16_bytes;
         /* the linear GEMMs' bf16 operand copies (core/ops.h), the largest weight's included */
