@@ -407,9 +407,11 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
             loader_describe(train_loader, d, sizeof d);
             printf("data: %s\n", d);
         }
-        printf("train: %s%s, %d rank%s, batch %lld x %lld x accum %d = %lld tokens/step, steps %lld..%lld of %lld, "
+        printf("train: %s%s%s, %d rank%s, batch %lld x %lld x accum %d = %lld tokens/step, steps %lld..%lld of %lld, "
                "lr %g (%s, warmup %lld), seed %llu%s%s\n",
-               device_name(dev), ctx->autocast_bf16 ? " (bf16 autocast)" : "", dist->world, dist->world > 1 ? "s" : "", (long long)B, (long long)T, o->grad_accum,
+               device_name(dev),
+               ctx->autocast_bf16 ? (ctx->autocast_gemm_copies ? " (bf16 autocast, GEMM copies)" : " (bf16 autocast)") : "",
+               model.recompute ? " with recomputed blocks" : "", dist->world, dist->world > 1 ? "s" : "", (long long)B, (long long)T, o->grad_accum,
                (long long)tokens_per_step, (long long)step, (long long)last, (long long)o->steps, o->lr,
                lr_kind_name(o->schedule), (long long)sched.warmup, (unsigned long long)o->seed,
                resume_path ? ", resumed from " : "", resume_path ? resume_path : "");
