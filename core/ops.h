@@ -21,10 +21,10 @@ Tensor *op_cast(Ctx *ctx, Tensor *a, DType dt);
 /* Matrix product over the last two dims, batched over the leading ones:
  * a [..., M, K] (or [..., K, M] with trans_a), b [..., K, N] (or [..., N, K] with trans_b).
  * b may also be 2-D and shared by every batch (a weight). cuBLAS(Lt) on CUDA. */
+Tensor *op_matmul(Ctx *ctx, Tensor *a, Tensor *b, bool trans_a, bool trans_b);
 /* bf16 autocast (CUDA) runs a linear layer's GEMMs on bf16 copies of the operands in scratch: the
  * weight whole, the rows in chunks of at most this many bytes (core/ops/matmul.c). */
 #define MATMUL_AUTOCAST_CHUNK_BYTES ((size_t)256 << 20)
-Tensor *op_matmul(Ctx *ctx, Tensor *a, Tensor *b, bool trans_a, bool trans_b);
 
 /* ---- pointwise ------------------------------------------------------------------------------ */
 Tensor *op_silu(Ctx *ctx, Tensor *x);

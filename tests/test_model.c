@@ -212,9 +212,7 @@ static double recompute_step(ModelConfig c, bool recompute, float *grads, int64_
     tape_backward(ctx, loss);
     double l = tensor_get_host(loss, 0);
     *n_grads = ps.total;
-    tensor_to_host(&(Tensor){.dtype = GDP_F32, .device = DEV_CPU, .ndim = 1, .shape = {ps.total}, .stride = {1},
-                             .numel = ps.total, .data = ps.flat_grads},
-                   grads);
+    device_memcpy(grads, DEV_CPU, ps.flat_grads, ctx->device, (size_t)ps.total * sizeof(float));
     *acts_peak = ctx->acts.high_water;
     model_free(&m);
     params_free_store(&ps);

@@ -140,6 +140,46 @@ static void check_status(GdpStatus st, const char *what) {
     if (st != GDP_OK) gdp_fatal("%s failed (status %d): %s", what, (int)st, gdp_last_error());
 }
 
+/* Median ms of run(user) on stream st over --iters runs after --warmup untimed ones, CUDA events. */
+static double median_ms(const BenchArgs *a, cudaStream_t st, void (*run)(void *user), void *user) {
+    cudaEvent_t e0, e1;
+    BCK(cudaEventCreate(&e0));
+    BCK(cudaEventCreate(&e1));
+    float *t = (float *)xmalloc(sizeof(float) * (size_t)a->iters);
+    for (int it = -a->warmup; it < a->iters; it++) {
+        BCK(cudaEventRecord(e0, st));
+        run(user);
+        BCK(cudaEventRecord(e1, st));
+        BCK(cudaEventSynchronize(e1));
+        float ms;
+        BCK(cudaEventElapsedTime(&ms, e0, e1));
+        if (it >= 0) t[it] = ms;
+    }
+    qsort(t, (size_t)a->iters, sizeof(float), cmp_float);
+    double med = t[a->iters / 2];
+    free(t);
+    BCK(cudaEventDestroy(e0));
+    BCK(cudaEventDestroy(e1));
+    return med;
+}
+
+/* One forward of the op, and its backward when `backward` is set. */
+typedef struct OpRun {
+    const GdpDesc *d;
+    const GdpForwardArgs *fa;
+    const GdpBackwardArgs *ba;
+    void *ws;
+    size_t wsb;
+    cudaStream_t st;
+    bool backward;
+} OpRun;
+
+static void op_once(void *user) {
+    const OpRun *r = (const OpRun *)user;
+    check_status(gdp_forward_cuda(r->d, r->fa, r->ws, r->wsb, r->st), "gdp_forward_cuda");
+    if (r->backward) check_status(gdp_backward_cuda(r->d, r->ba, r->ws, r->wsb, r->st), "gdp_backward_cuda");
+}
+
 static int bench_run(const BenchArgs *a) {
     float *pool = (float *)xmalloc(sizeof(float) * (1 << 20));
     Rng rng;
@@ -190,22 +230,9 @@ static int bench_run(const BenchArgs *a) {
         BCK(cudaStreamCreate(&st));
         GdpForwardArgs fa = {q, k, v, beta, g, mask, NULL, o, NULL};
         GdpBackwardArgs ba = {q, k, v, beta, g, mask, NULL, d_o, NULL, dq, dk, dv, dbeta, dg, dmask, NULL};
-        cudaEvent_t e0, e1;
-        BCK(cudaEventCreate(&e0));
-        BCK(cudaEventCreate(&e1));
-        float *tf = (float *)xmalloc(sizeof(float) * (size_t)a->iters), *tb = (float *)xmalloc(sizeof(float) * (size_t)a->iters);
-        for (int pass = 0; pass < 2; pass++) {
-            for (int it = -a->warmup; it < a->iters; it++) {
-                BCK(cudaEventRecord(e0, st));
-                check_status(gdp_forward_cuda(&d, &fa, ws, wsb, st), "gdp_forward_cuda");
-                if (pass == 1) check_status(gdp_backward_cuda(&d, &ba, ws, wsb, st), "gdp_backward_cuda");
-                BCK(cudaEventRecord(e1, st));
-                BCK(cudaEventSynchronize(e1));
-                float ms;
-                BCK(cudaEventElapsedTime(&ms, e0, e1));
-                if (it >= 0) (pass ? tb : tf)[it] = ms;
-            }
-        }
+        OpRun fwd = {&d, &fa, &ba, ws, wsb, st, false}, fb = fwd;
+        fb.backward = true;
+        const double mf = median_ms(a, st, op_once, &fwd), mb = median_ms(a, st, op_once, &fb);
         if (getenv("GDP_BENCH_PROFILE")) { /* one more forward + backward, each kernel timed (stderr) */
             setenv("GDP_PROFILE", "1", 1);
             fprintf(stderr, "-- kernels, n=%d\n", n);
@@ -214,9 +241,6 @@ static int bench_run(const BenchArgs *a) {
             BCK(cudaStreamSynchronize(st));
             unsetenv("GDP_PROFILE");
         }
-        qsort(tf, (size_t)a->iters, sizeof(float), cmp_float);
-        qsort(tb, (size_t)a->iters, sizeof(float), cmp_float);
-        const double mf = tf[a->iters / 2], mb = tb[a->iters / 2];
         const double Ff = flops_fwd(a->B, a->T, a->H, a->K, a->V, n), Fb = flops_bwd(a->B, a->T, a->H, a->K, a->V, n);
         const double e = (double)es;
         const double in_bytes = e * (nq + nk + nv + nb + no /* do */) + 4.0 * BTH;
@@ -233,10 +257,6 @@ static int bench_run(const BenchArgs *a) {
         printf("%-3d %10.3f %9.1f %8.2f %12.3f %9.1f %8.2f %10s %10s\n", n, mf, Ff / (mf * 1e-3) / 1e12, mf / floor_f, mb,
                (Ff + Fb) / (mb * 1e-3) / 1e12, mb / floor_fb, pf, pb);
         fflush(stdout);
-        free(tf);
-        free(tb);
-        BCK(cudaEventDestroy(e0));
-        BCK(cudaEventDestroy(e1));
         BCK(cudaStreamDestroy(st));
         void *bufs[] = {q, k, v, beta, g, d_o, mask, o, dq, dk, dv, dbeta, dg, dmask, ws};
         for (size_t i = 0; i < GDP_ARRAY_LEN(bufs); i++)
@@ -246,28 +266,26 @@ static int bench_run(const BenchArgs *a) {
     return 0;
 }
 
-/* Median ms of one GEMM configuration (see matmul_cuda_ex). */
+/* One GEMM configuration (see matmul_cuda_ex). */
+typedef struct GemmRun {
+    CudaCtx *cu;
+    DType dt;
+    MatmulCompute mc;
+    void *c;
+    const void *x, *y;
+    int64_t m, n, k;
+    int ta, tb, acc;
+} GemmRun;
+
+static void gemm_once(void *user) {
+    const GemmRun *g = (const GemmRun *)user;
+    matmul_cuda_ex(g->dt, g->mc, g->cu->cublas, g->c, g->x, g->y, 1, g->m, g->n, g->k, g->ta, g->tb, 0, 0, 0, g->acc);
+}
+
 static double time_gemm(const BenchArgs *a, CudaCtx *cu, DType dt, MatmulCompute mc, void *c, const void *x,
                         const void *y, int64_t m, int64_t n, int64_t k, int ta, int tb, int acc) {
-    cudaEvent_t e0, e1;
-    BCK(cudaEventCreate(&e0));
-    BCK(cudaEventCreate(&e1));
-    float *t = (float *)xmalloc(sizeof(float) * (size_t)a->iters);
-    for (int it = -a->warmup; it < a->iters; it++) {
-        BCK(cudaEventRecord(e0, cu->stream));
-        matmul_cuda_ex(dt, mc, cu->cublas, c, x, y, 1, m, n, k, ta, tb, 0, 0, 0, acc);
-        BCK(cudaEventRecord(e1, cu->stream));
-        BCK(cudaEventSynchronize(e1));
-        float ms;
-        BCK(cudaEventElapsedTime(&ms, e0, e1));
-        if (it >= 0) t[it] = ms;
-    }
-    qsort(t, (size_t)a->iters, sizeof(float), cmp_float);
-    double med = t[a->iters / 2];
-    free(t);
-    BCK(cudaEventDestroy(e0));
-    BCK(cudaEventDestroy(e1));
-    return med;
+    GemmRun g = {cu, dt, mc, c, x, y, m, n, k, ta, tb, acc};
+    return median_ms(a, cu->stream, gemm_once, &g);
 }
 
 static int bench_matmul_run(const BenchArgs *a) {

@@ -82,14 +82,14 @@ bool train_resolve_config(const TrainOptions *o, ModelConfig *cfg, bool *vocab_g
 
 /* ---- memory ------------------------------------------------------------------------------------- */
 
-/* Floats per token the forward keeps (activations and saved tensors), by the model's widths. An
- * over-estimate: measured use is about 0.55-0.65 of it for acts and 1.2x of it for grads. */
 /* Blocks whose activations are alive at once: all of them, or one with --recompute (the others
  * keep only their input). */
 static double live_blocks(const ModelConfig *c, const TrainOptions *o) {
     return o && o->recompute ? 1.0 : (double)c->num_hidden_layers;
 }
 
+/* Floats per token the forward keeps (activations and saved tensors), by the model's widths. An
+ * over-estimate: measured use is about 0.55-0.65 of it for acts and 1.2x of it for grads. */
 static double act_floats_per_token(const ModelConfig *c, const TrainOptions *o) {
     double D = c->hidden_size, I = cfg_intermediate(c), kd = cfg_key_dim(c), vd = cfg_value_dim(c);
     double s = cfg_slots(c), H = c->num_heads;
@@ -134,10 +134,12 @@ CtxSizes train_ctx_sizes(const ModelConfig *cfg, int64_t batch, int64_t seq, Dev
         double bf16_bytes = 2.0 * tokens * live_blocks(cfg, o) * (kd + sl * kd + sl * vd + sl * cfg->num_heads + vd);
         s.act_bytes += (size_t)bf16_bytes;
         s.grad_bytes += (size_t)bf16_bytes;
-        /* the linear GEMMs' bf16 operand copies (core/ops.h), the largest weight's included */
-        double widest = GDP_MAX(GDP_MAX((double)cfg->vocab_size, (double)cfg_intermediate(cfg)), GDP_MAX(sl * kd, sl * vd));
-        double gemm = (double)MATMUL_AUTOCAST_CHUNK_BYTES + 2.0 * widest * cfg->hidden_size + 16 * MiB;
-        if (o->bf16_gemm_copies && gemm > (double)s.scratch_bytes) s.scratch_bytes = (size_t)gemm;
+        if (o->bf16_gemm_copies) { /* the linear GEMMs' bf16 operand copies (core/ops.h), widest weight too */
+            double widest =
+                GDP_MAX(GDP_MAX((double)cfg->vocab_size, (double)cfg_intermediate(cfg)), GDP_MAX(sl * kd, sl * vd));
+            double gemm = (double)MATMUL_AUTOCAST_CHUNK_BYTES + 2.0 * widest * cfg->hidden_size + 16 * MiB;
+            if (gemm > (double)s.scratch_bytes) s.scratch_bytes = (size_t)gemm;
+        }
     }
     s.tape_nodes = 64 * cfg->num_hidden_layers + 256;
     if (o) {
