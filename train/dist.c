@@ -239,6 +239,24 @@ static void nccl_finish(Dist *d, const char *what) {
     }
 }
 
+#ifdef GDP_CUDA
+/* The part of [lo, hi) of buf (total elements, sharded as dist_shard_range) that each rank owns,
+ * averaged over ranks onto that rank: one ncclReduce per rank, grouped (a reduce-scatter for
+ * shards of any size). */
+static void nccl_reduce_to_owners(Dist *d, float *buf, int64_t total, int64_t lo, int64_t hi) {
+    ncclComm_t comm = (ncclComm_t)d->nccl_comm;
+    cudaStream_t st = (cudaStream_t)d->nccl_stream;
+    NCCL_CHECK(d, ncclGroupStart());
+    for (int r = 0; r < d->world; r++) {
+        int64_t rs, re;
+        dist_shard_range(total, r, d->world, &rs, &re);
+        rs = GDP_MAX(rs, lo), re = GDP_MIN(re, hi);
+        if (re > rs) NCCL_CHECK(d, ncclReduce(buf + rs, buf + rs, (size_t)(re - rs), ncclFloat, ncclAvg, r, comm, st));
+    }
+    NCCL_CHECK(d, ncclGroupEnd());
+}
+#endif
+
 static bool even_shards(int64_t total, int world) {
     int64_t s, e;
     dist_shard_range(total, 0, world, &s, &e);
@@ -298,13 +316,7 @@ void dist_reduce_scatter_mean_f32(Dist *d, float *buf, int64_t total) {
         if (even_shards(total, d->world)) {
             NCCL_CHECK(d, ncclReduceScatter(buf, buf + start, (size_t)(end - start), ncclFloat, ncclAvg, comm, s));
         } else {
-            NCCL_CHECK(d, ncclGroupStart());
-            for (int r = 0; r < d->world; r++) {
-                int64_t rs, re;
-                dist_shard_range(total, r, d->world, &rs, &re);
-                if (re > rs) NCCL_CHECK(d, ncclReduce(buf + rs, buf + rs, (size_t)(re - rs), ncclFloat, ncclAvg, r, comm, s));
-            }
-            NCCL_CHECK(d, ncclGroupEnd());
+            nccl_reduce_to_owners(d, buf, total, 0, total);
         }
         nccl_finish(d, "reduce-scatter");
         return;
@@ -453,14 +465,7 @@ static void buckets_launch(DistBuckets *gb, int k) {
             NCCL_CHECK(d, ncclAllReduce(buf + s, buf + s, (size_t)n, ncclFloat, ncclAvg, comm, st));
         } else {
             /* Reduce-scatter of this bucket: each rank's part of it (its ZeRO-1 shard) to that rank. */
-            NCCL_CHECK(d, ncclGroupStart());
-            for (int r = 0; r < d->world; r++) {
-                int64_t rs, re;
-                dist_shard_range(gb->ps->total, r, d->world, &rs, &re);
-                rs = GDP_MAX(rs, s), re = GDP_MIN(re, s + n);
-                if (re > rs) NCCL_CHECK(d, ncclReduce(buf + rs, buf + rs, (size_t)(re - rs), ncclFloat, ncclAvg, r, comm, st));
-            }
-            NCCL_CHECK(d, ncclGroupEnd());
+            nccl_reduce_to_owners(d, buf, gb->ps->total, s, s + n);
         }
         nccl_check_async(d, "gradient buckets");
         return;
