@@ -3,6 +3,7 @@
 # CUDA, a short `small` training run on the GPU (tokens/s), `base` tokens/s at n_h 1/2/3 and its op profile
 # (alone on the GPU), the same with --bf16-gemm copies and `gdp bench matmul`, then the Python
 # checks (fla export, ctypes), compute-sanitizer on the op tests. Logs under $OUT, a table last.
+# SKIP='name|name2' (an extended regex of run names) leaves those steps out.
 # Needs in carry: .carry (test vectors, fla) and data_cache/gcide (gcide.dict.dz).
 set -u
 export PATH=$PATH:/usr/local/cuda/bin OMP_WAIT_POLICY=passive NCCL_NVLS_ENABLE=0
@@ -11,6 +12,7 @@ T0=$(date +%s); rows=()
 row() { rows+=("$1"); echo "== $1"; }
 run() { # run NAME TIMEOUT cmd...
     local name=$1 to=$2; shift 2; local t=$(date +%s)
+    if [[ -n "${SKIP:-}" && "$name" =~ ^(${SKIP})$ ]]; then row "$(printf '%-22s skipped' "$name")"; return 0; fi
     timeout "$to" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
     row "$(printf '%-22s rc=%-3s %4ss  %s' "$name" "$rc" "$(( $(date +%s) - t ))" "$(grep -E 'passed|failed|PASS|FAIL|checks' "$OUT/$name.log" | tail -1 | cut -c1-110)")"
     return $rc
