@@ -30,6 +30,8 @@ typedef struct Ctx {
                                            * their heavy ops in bf16 (off by default: exact f32) */
     bool autocast_gemm_copies;            /* with autocast_bf16: linear GEMMs on bf16 copies of their
                                            * operands (core/ops/matmul.c) instead of cuBLAS rounding f32 */
+    bool bf16_activations;                /* with autocast_bf16: the model keeps its residual stream in f32
+                                           * and runs each block's branches on bf16 tensors (layers/module.h) */
     struct CudaCtx *cuda;                 /* stream and cuBLAS(Lt) handles; NULL on CPU */
     struct OpProfile *profile;            /* non-NULL: every op is timed into it (core/profile.h) */
 } Ctx;

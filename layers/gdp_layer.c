@@ -73,7 +73,7 @@ void gdp_layer_new(GdpLayer *l, ParamMaker *pm, const ModelConfig *c, const char
 /* Short causal conv (depthwise, no bias) + SiLU; plain SiLU without short convs (as fla). */
 static Tensor *conv_silu(Ctx *ctx, Tensor *x, Tensor *w) {
     if (!w) return op_silu(ctx, x);
-    Tensor *w2 = op_reshape(ctx, w, SHAPE(w->shape[0], w->shape[2]));
+    Tensor *w2 = op_reshape(ctx, param_like(ctx, w, x), SHAPE(w->shape[0], w->shape[2]));
     return op_conv1d_causal_silu(ctx, x, w2);
 }
 
@@ -96,7 +96,8 @@ Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Ten
     Tensor *g = NULL;
     if (c->use_forget_gate) {
         /* g = -exp(A_log) * softplus(a_proj x + dt_bias), float32 (the model's dtype here). */
-        Tensor *a = op_add(ctx, linear_forward_rows(ctx, xr, l->a_proj, x), l->dt_bias);
+        Tensor *a = linear_forward_rows(ctx, xr, l->a_proj, x);
+        a = op_add(ctx, branch_output(ctx, a, l->dt_bias), l->dt_bias); /* the gate in f32 under bf16 */
         Tensor *neg_A = op_scale(ctx, op_exp(ctx, l->A_log), -1.0);
         g = op_mul(ctx, op_softplus(ctx, a), neg_A);
     }
@@ -114,7 +115,7 @@ Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Ten
         b4 = op_reshape(ctx, beta, SHAPE(B, T, s, H));
     }
     /* bf16 autocast: the op's tensor-core kernels take bf16 q, k, v, beta (g, mask and the state
-     * stay f32); its output comes back to f32 for the norm. */
+     * stay f32); with f32 activations they are cast for it and its output comes back to f32. */
     const bool bf16_op = ctx->autocast_bf16 && ctx->device == DEV_CUDA && q4->dtype == GDP_F32;
     if (bf16_op) {
         q4 = op_cast(ctx, q4, GDP_BF16), k4 = op_cast(ctx, k4, GDP_BF16);
@@ -127,9 +128,9 @@ Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Ten
 
     if (l->g_proj) {
         Tensor *z = op_reshape(ctx, linear_forward_rows(ctx, xr, l->g_proj, x), SHAPE(B, T, H, V));
-        o = op_gated_rmsnorm(ctx, o, z, l->o_norm, c->norm_eps);
+        o = op_gated_rmsnorm(ctx, o, z, param_like(ctx, l->o_norm, o), c->norm_eps);
     } else {
-        o = op_rmsnorm(ctx, o, l->o_norm, c->norm_eps);
+        o = op_rmsnorm(ctx, o, param_like(ctx, l->o_norm, o), c->norm_eps);
     }
     o = op_reshape(ctx, o, SHAPE(B, T, H * V));
     return linear_forward(ctx, o, l->o_proj);

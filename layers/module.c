@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "core/common.h"
+#include "core/ops.h"
 
 void pm_init_registry(ParamMaker *pm, ParamStore *ps) {
     memset(pm, 0, sizeof *pm);
@@ -104,4 +105,16 @@ void init_identity_mask(float *host, int64_t numel, Rng *rng, const void *user) 
         int64_t within = i % ((int64_t)r * r);
         host[i] = (within / r == within % r) ? 1.0f : 0.0f;
     }
+}
+
+Tensor *branch_input(Ctx *ctx, Tensor *x) {
+    return ctx->bf16_activations && x->dtype == GDP_F32 ? op_cast(ctx, x, GDP_BF16) : x;
+}
+
+Tensor *branch_output(Ctx *ctx, Tensor *y, const Tensor *residual) {
+    return y->dtype != residual->dtype ? op_cast(ctx, y, residual->dtype) : y;
+}
+
+Tensor *param_like(Ctx *ctx, Tensor *w, const Tensor *x) {
+    return w && w->dtype != x->dtype ? op_cast(ctx, w, x->dtype) : w;
 }

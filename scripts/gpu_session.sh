@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call for everything that needs the GPU machine: build, make test-gpu, the vectors on
 # CUDA, a short `small` training run on the GPU (tokens/s), `base` tokens/s at n_h 1/2/3 and its op profile
-# (alone on the GPU), the same with --bf16-gemm copies and `gdp bench matmul`, then the Python
+# (alone on the GPU), with f32 activations and with --recompute, `gdp bench matmul`, then the Python
 # checks (fla export, ctypes), compute-sanitizer on the op tests. Logs under $OUT, a table last.
 # SKIP='name|name2' (an extended regex of run names) leaves those steps out.
 # Needs in carry: .carry (test vectors, fla) and data_cache/gcide (gcide.dict.dz).
@@ -20,6 +20,7 @@ run() { # run NAME TIMEOUT cmd...
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 run build 300 make -j16 all build/tests/gpu/test_gpu_ops build/tests/gpu/test_gpu_gdp build/tests/gpu/test_gpu_train_infra || { tail -30 "$OUT/build.log"; }
 run test-gpu 240 make test-gpu
+grep -E "activations|autocast|FAIL|failed" "$OUT/test-gpu.log" | head -20
 run vectors-f32 60 build/gdp vectors .carry/testdata/gdp_vectors.h5 --device cuda --dtype f32
 run vectors-bf16 60 build/gdp vectors .carry/testdata/gdp_vectors.h5 --device cuda --dtype bf16
 run prepare 60 build/gdp prepare --input data_cache/gcide/gcide.dict.dz --out /tmp/gcide --vocab 4096
@@ -32,18 +33,13 @@ for nh in 1 2 3; do
         --data /tmp/gcide --steps 10 --batch 8 --seq 2048 --eval-every 0 --print-every 1
     grep -E "^step +10/|^memory" "$OUT/train-base-nh$nh.log"
 done
-# the opt-in bf16 GEMM operand copies: same runs, then its own profile
-for nh in 1 2 3; do
-    run train-base-copies-nh$nh 60 build/gdp train --preset base --set num_householder=$nh --set vocab_size=32000 --device cuda \
-        --data /tmp/gcide --steps 10 --batch 8 --seq 2048 --eval-every 0 --print-every 1 --bf16-gemm copies
-    grep -E "^step +10/|^memory" "$OUT/train-base-copies-nh$nh.log"
-done
-run profile-base-copies 60 build/gdp train --preset base --set vocab_size=32000 --device cuda --data /tmp/gcide --steps 4 \
-    --batch 8 --seq 2048 --eval-every 0 --quiet --profile --bf16-gemm copies
-sed -n '/profile over/,$p' "$OUT/profile-base-copies.log" | head -12
-# --recompute: memory and tokens/s of the checkpointed blocks, with the GEMM copies
+# f32 activations (bf16 GEMMs on operand copies and the GDP op in bf16 only), for comparison
+run train-base-f32acts-nh2 60 build/gdp train --preset base --set vocab_size=32000 --device cuda \
+    --data /tmp/gcide --steps 10 --batch 8 --seq 2048 --eval-every 0 --print-every 1 --activations f32
+grep -E "^step +10/|^memory" "$OUT/train-base-f32acts-nh2.log"
+# --recompute: memory and tokens/s of the checkpointed blocks
 run train-base-recompute 60 build/gdp train --preset base --set vocab_size=32000 --device cuda --data /tmp/gcide \
-    --steps 10 --batch 8 --seq 2048 --eval-every 0 --print-every 1 --bf16-gemm copies --recompute
+    --steps 10 --batch 8 --seq 2048 --eval-every 0 --print-every 1 --recompute
 grep -E "^step +10/|^memory" "$OUT/train-base-recompute.log"
 run bench-matmul 60 build/gdp bench matmul --iters 10
 cat "$OUT/bench-matmul.log"

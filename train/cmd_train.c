@@ -41,6 +41,7 @@ TrainOptions train_default_options(void) {
     o.bucket_mb = 25;
     o.print_every = 1;
     o.peak_tflops = 989.0;
+    o.bf16_gemm_copies = true;
     return o;
 }
 
@@ -106,6 +107,10 @@ bool train_autocast_bf16(const TrainOptions *o, Device dev) {
     return true;
 }
 
+bool train_bf16_activations(const TrainOptions *o, Device dev) {
+    return train_autocast_bf16(o, dev) && !o->f32_activations;
+}
+
 CtxSizes train_ctx_sizes(const ModelConfig *cfg, int64_t batch, int64_t seq, Device dev, const TrainOptions *o) {
     CtxSizes s = ctx_default_sizes();
     const double MiB = 1024.0 * 1024.0, tokens = (double)batch * seq;
@@ -130,14 +135,18 @@ CtxSizes train_ctx_sizes(const ModelConfig *cfg, int64_t batch, int64_t seq, Dev
     (void)dev;
 #endif
     s.scratch_bytes = (size_t)scratch;
-    if (o && train_autocast_bf16(o, dev)) { /* the GDP op's bf16 copies of q, k, v, beta and o, and their grads */
+    /* bf16 activations: the f32 estimate above covers them (with room to spare); the scratch must
+     * hold a bf16 copy of the widest weight. */
+    const double widest_weight = GDP_MAX(GDP_MAX((double)cfg->vocab_size, (double)cfg_intermediate(cfg)),
+                                         GDP_MAX(sl * kd, sl * vd)) * cfg->hidden_size;
+    if (o && train_bf16_activations(o, dev)) {
+        if (2.0 * widest_weight + 16 * MiB > (double)s.scratch_bytes) s.scratch_bytes = (size_t)(2.0 * widest_weight + 16 * MiB);
+    } else if (o && train_autocast_bf16(o, dev)) { /* the GDP op's bf16 copies of q, k, v, beta and o, and their grads */
         double bf16_bytes = 2.0 * tokens * live_blocks(cfg, o) * (kd + sl * kd + sl * vd + sl * cfg->num_heads + vd);
         s.act_bytes += (size_t)bf16_bytes;
         s.grad_bytes += (size_t)bf16_bytes;
         if (o->bf16_gemm_copies) { /* the linear GEMMs' bf16 operand copies (core/ops.h), widest weight too */
-            double widest =
-                GDP_MAX(GDP_MAX((double)cfg->vocab_size, (double)cfg_intermediate(cfg)), GDP_MAX(sl * kd, sl * vd));
-            double gemm = (double)MATMUL_AUTOCAST_CHUNK_BYTES + 2.0 * widest * cfg->hidden_size + 16 * MiB;
+            double gemm = (double)MATMUL_AUTOCAST_CHUNK_BYTES + 2.0 * widest_weight + 16 * MiB;
             if (gemm > (double)s.scratch_bytes) s.scratch_bytes = (size_t)gemm;
         }
     }
@@ -348,7 +357,8 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
     const int64_t B = o->batch, T = o->seq;
     Ctx *ctx = ctx_create(dev, train_ctx_sizes(&cfg, B, T, dev, o));
     ctx->autocast_bf16 = train_autocast_bf16(o, dev);
-    ctx->autocast_gemm_copies = ctx->autocast_bf16 && o->bf16_gemm_copies;
+    ctx->bf16_activations = train_bf16_activations(o, dev);
+    ctx->autocast_gemm_copies = ctx->autocast_bf16 && !ctx->bf16_activations && o->bf16_gemm_copies;
     dist_attach(dist, ctx);
     ParamStore ps;
     Model model;
@@ -412,7 +422,10 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
         printf("train: %s%s%s, %d rank%s, batch %lld x %lld x accum %d = %lld tokens/step, steps %lld..%lld of %lld, "
                "lr %g (%s, warmup %lld), seed %llu%s%s\n",
                device_name(dev),
-               ctx->autocast_bf16 ? (ctx->autocast_gemm_copies ? " (bf16 autocast, GEMM copies)" : " (bf16 autocast)") : "",
+               !ctx->autocast_bf16           ? ""
+               : ctx->bf16_activations       ? " (bf16 autocast, bf16 activations)"
+               : ctx->autocast_gemm_copies   ? " (bf16 autocast, f32 activations, GEMM copies)"
+                                             : " (bf16 autocast, f32 activations)",
                model.recompute ? " with recomputed blocks" : "", dist->world, dist->world > 1 ? "s" : "", (long long)B, (long long)T, o->grad_accum,
                (long long)tokens_per_step, (long long)step, (long long)last, (long long)o->steps, o->lr,
                lr_kind_name(o->schedule), (long long)sched.warmup, (unsigned long long)o->seed,
@@ -589,9 +602,11 @@ static const CliOpt train_opts[] = {
     {"recompute", 0, NULL, "keep only each block's input and run the block again in backward (activation "
                            "checkpointing): much less memory for one more forward of the blocks; gradients are "
                            "then reduced after backward, not in buckets"},
-    {"bf16-gemm", 0, "MODE", "with bf16 autocast: inside (default): cuBLAS rounds the f32 operands; copies: the linear "
-                             "GEMMs run on bf16 copies of their operands with f32 outputs (2-4x faster GEMMs in "
-                             "`gdp bench matmul`; not yet run in a training on the GPU)"},
+    {"activations", 0, "MODE", "with bf16 autocast: bf16 (default): the residual stream stays f32, each block's "
+                               "attention and MLP run on bf16 tensors (half the activation memory); f32: f32 "
+                               "activations, only the GEMMs and the GDP op in bf16"},
+    {"bf16-gemm", 0, "MODE", "with --activations f32: copies (default): the linear GEMMs run on bf16 copies of their "
+                             "operands with f32 outputs; inside: cuBLAS rounds the f32 operands (slower)"},
     {"peak-tflops", 0, "TF", "peak TFLOP/s per GPU for MFU (default 989, H100/H200 dense bf16)"},
     {"act-mem", 0, "MiB", "activation arena size (default: estimated from the model and B x T)"},
     {"grad-mem", 0, "MiB", "activation-gradient arena size (default: estimated)"},
@@ -660,6 +675,10 @@ static void on_train_opt(const CliOpt *opt, const char *v, void *user) {
         if (strcmp(v, "bf16") && strcmp(v, "off") && strcmp(v, "auto"))
             cli_usage_error(&train_cmd, "--autocast '%s': use bf16, off or auto", v);
         o->autocast = v;
+    } else if (!strcmp(n, "activations")) {
+        if (strcmp(v, "bf16") && strcmp(v, "f32"))
+            cli_usage_error(&train_cmd, "--activations '%s': use bf16 or f32", v);
+        o->f32_activations = !strcmp(v, "f32");
     } else if (!strcmp(n, "bf16-gemm")) {
         if (strcmp(v, "inside") && strcmp(v, "copies"))
             cli_usage_error(&train_cmd, "--bf16-gemm '%s': use inside or copies", v);

@@ -56,7 +56,9 @@ typedef struct TrainOptions {
     bool profile;            /* time every op after the first step; table at the end */
     bool recompute;          /* --recompute: blocks run again in backward (op_checkpoint) */
     const char *autocast;    /* "bf16", "off", or NULL/"auto": bf16 on cuda, off on cpu */
-    bool bf16_gemm_copies;   /* --bf16-gemm copies: linear GEMMs on bf16 operand copies (autocast only) */
+    bool f32_activations;    /* --activations f32: autocast keeps f32 activations (bf16 GEMMs and GDP op only) */
+    bool bf16_gemm_copies;   /* f32 activations under autocast: linear GEMMs on bf16 operand copies (default;
+                              * --bf16-gemm inside lets cuBLAS round the f32 operands) */
     int64_t act_mem_mb, grad_mem_mb, scratch_mem_mb, persist_mem_mb; /* 0: estimated */
 } TrainOptions;
 
@@ -76,6 +78,8 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res);
 
 /* Whether the run uses bf16 autocast (fatal when asked for on the cpu). */
 bool train_autocast_bf16(const TrainOptions *o, Device dev);
+/* Whether autocast runs the blocks' branches on bf16 activations (layers/module.h). */
+bool train_bf16_activations(const TrainOptions *o, Device dev);
 /* Context sizes that fit the model at B x T tokens per micro-step (with the options' overrides). */
 CtxSizes train_ctx_sizes(const ModelConfig *cfg, int64_t batch, int64_t seq, Device dev, const TrainOptions *o);
 /* Mean loss over `batches` batches of src (reset first), no gradients; summed over ranks. */

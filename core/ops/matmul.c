@@ -95,6 +95,40 @@ static void autocast_rows_backward(Ctx *ctx, Tensor *a, Tensor *b, const Tensor 
     }
     arena_rewind(&ctx->scratch, mark);
 }
+
+/* bf16 activations times an f32 weight (layers/module.h): the weight is cast to bf16 in scratch
+ * (again in backward: nothing extra is kept), C and dA come out bf16 like A, and dB goes straight
+ * into the f32 master gradient (bf16 x bf16 -> f32). The activations themselves are never copied. */
+static bool bf16_rows_f32_weight(const Tensor *a, const Tensor *b) {
+    return a->dtype == GDP_BF16 && b->dtype == GDP_F32;
+}
+
+static void bf16_rows_forward(Ctx *ctx, Tensor *a, Tensor *b, Tensor *c, int64_t rows, int64_t n, int64_t k, int tb) {
+    size_t mark = arena_mark(&ctx->scratch);
+    const void *wb = bf16_copy(ctx, b->data, n * k);
+    matmul_cuda_ex(GDP_BF16, MATMUL_EXACT, ctx->cuda->cublas, c->data, a->data, wb, 1, rows, n, k, 0, tb, 0, 0, 0, 0);
+    arena_rewind(&ctx->scratch, mark);
+}
+
+static void bf16_rows_backward(Ctx *ctx, Tensor *a, Tensor *b, const Tensor *dc, int64_t rows, int64_t n, int64_t k,
+                               int tb) {
+    bool acc_a = false, acc_b = false;
+    if (a->requires_grad) { /* dA [rows, K] = dC op(B)^T, bf16 */
+        Tensor *da = grad_dest(ctx, a, &acc_a);
+        size_t mark = arena_mark(&ctx->scratch);
+        const void *wb = bf16_copy(ctx, b->data, n * k);
+        matmul_cuda_ex(GDP_BF16, MATMUL_EXACT, ctx->cuda->cublas, da->data, dc->data, wb, 1, rows, k, n, 0, !tb, 0,
+                       0, 0, acc_a);
+        arena_rewind(&ctx->scratch, mark);
+    }
+    if (b->requires_grad) {
+        Tensor *db = grad_dest(ctx, b, &acc_b);
+        if (!tb) /* dB [K, N] = A^T dC */
+            gemm_bf16(ctx, (float *)db->data, a->data, dc->data, k, n, rows, 1, 0, acc_b);
+        else /* B stored [N, K]: dB = dC^T A */
+            gemm_bf16(ctx, (float *)db->data, dc->data, a->data, n, k, rows, 1, 0, acc_b);
+    }
+}
 #endif
 
 static void matmul_forward(Ctx *ctx, Node *nd) {
@@ -102,6 +136,10 @@ static void matmul_forward(Ctx *ctx, Node *nd) {
     int ta = (int)nd->attr[MM_TA].i, tb = (int)nd->attr[MM_TB].i, shared = (int)nd->attr[MM_SHARED].i;
     int64_t batch = nd->attr[MM_BATCH].i, m = nd->attr[MM_M].i, n = nd->attr[MM_N].i, k = nd->attr[MM_K].i;
 #ifdef GDP_CUDA
+    if (bf16_rows_f32_weight(a, b)) { /* op_matmul admits it for rows times a 2-D weight only */
+        bf16_rows_forward(ctx, a, b, c, batch * m, n, k, tb);
+        return;
+    }
     if (autocast_rows(ctx, a, ta, shared, batch)) {
         autocast_rows_forward(ctx, a, b, c, batch * m, n, k, tb);
         return;
@@ -118,6 +156,10 @@ static void matmul_backward(Ctx *ctx, Node *nd) {
     int ta = (int)nd->attr[MM_TA].i, tb = (int)nd->attr[MM_TB].i, shared = (int)nd->attr[MM_SHARED].i;
     int64_t batch = nd->attr[MM_BATCH].i, m = nd->attr[MM_M].i, n = nd->attr[MM_N].i, k = nd->attr[MM_K].i;
 #ifdef GDP_CUDA
+    if (bf16_rows_f32_weight(a, b)) {
+        bf16_rows_backward(ctx, a, b, dc, batch * m, n, k, tb);
+        return;
+    }
     if (autocast_rows(ctx, a, ta, shared, batch)) {
         autocast_rows_backward(ctx, a, b, dc, batch * m, n, k, tb);
         return;
@@ -202,7 +244,10 @@ Tensor *op_matmul(Ctx *ctx, Tensor *a, Tensor *b, bool trans_a, bool trans_b) {
     char da[TENSOR_DESC_LEN], db[TENSOR_DESC_LEN];
     op_check_float("matmul", "a", a, ctx->device);
     op_check_float("matmul", "b", b, ctx->device);
-    op_check_same_dtype("matmul", a, b);
+    /* bf16 rows times an f32 weight: the linear layers under bf16 activations (layers/module.h) */
+    const bool bf16_by_f32 = ctx->device == DEV_CUDA && a->dtype == GDP_BF16 && b->dtype == GDP_F32 && b->ndim == 2 &&
+                             !trans_a && tensor_is_contiguous(a);
+    if (!bf16_by_f32) op_check_same_dtype("matmul", a, b);
     if (a->ndim < 2 || b->ndim < 2)
         gdp_fatal("op 'matmul': both inputs need at least 2 dims, got a %s and b %s", tensor_describe(a, da, sizeof da),
                   tensor_describe(b, db, sizeof db));

@@ -1,6 +1,7 @@
 /* Training infrastructure on CUDA against the CPU path: parameter init and zero_grad, the
  * deterministic gradient norm, AdamW with decay and clipping, ZeRO-1 shard updates, an HDF5
- * checkpoint written from GPU memory, and bf16 autocast training against f32 training. */
+ * checkpoint written from GPU memory, bf16 autocast training against f32 training, and the model
+ * with bf16 activations against the CPU float64 model. */
 #include <math.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include "kernels/adamw.h"
 #include "tests/gpu/gpu_test.h"
 #include "train/checkpoint.h"
+#include "train/model_gradcheck.h"
 #include "train/optim.h"
 #include "train/train.h"
 
@@ -199,26 +201,53 @@ GPU_TEST(autocast_bf16_trains_like_f32) {
     const char *corpus = autocast_corpus();
     GPU_EXPECT(corpus != NULL, "could not write the corpus (run from the repository root)");
     if (!corpus) return;
-    TrainResult r[2];
-    const char *modes[2] = {"off", "bf16"};
-    for (int i = 0; i < 2; i++) {
+    TrainResult r[3];
+    const char *modes[3] = {"off", "bf16", "bf16"}; /* the last with f32 activations */
+    for (int i = 0; i < 3; i++) {
         TrainOptions o = train_default_options();
-        o.data = corpus, o.device = "cuda", o.autocast = modes[i];
+        o.data = corpus, o.device = "cuda", o.autocast = modes[i], o.f32_activations = i == 2;
         o.batch = 8, o.seq = 128, o.steps = 80, o.lr = 6e-3, o.warmup = 5;
         o.eval_every = 0, o.eval_batches = 8, o.quiet = true, o.seed = 3;
         Dist d;
         dist_init_single(&d);
         train_run(&o, &d, &r[i]);
-        printf("   autocast %-4s: loss %.4f -> %.4f, val %.4f\n", modes[i], r[i].first_loss, r[i].last_loss,
+        printf("   autocast %-4s%s: loss %.4f -> %.4f, val %.4f\n", modes[i], i == 2 ? " f32 activations" : "",
+               r[i].first_loss, r[i].last_loss,
                r[i].last_val_loss);
     }
-    GPU_EXPECT(fabs(r[1].first_loss - r[0].first_loss) < 0.02, "first loss f32 %.4f vs bf16 %.4f", r[0].first_loss,
-               r[1].first_loss);
-    for (int i = 0; i < 2; i++)
-        GPU_EXPECT(r[i].last_val_loss < r[i].first_loss - 1.5, "autocast %s did not learn: %.4f -> val %.4f",
-                   modes[i], r[i].first_loss, r[i].last_val_loss);
-    GPU_EXPECT(fabs(r[1].last_val_loss - r[0].last_val_loss) < 0.15, "val loss f32 %.4f vs bf16 %.4f",
-               r[0].last_val_loss, r[1].last_val_loss);
+    for (int i = 1; i < 3; i++) {
+        GPU_EXPECT(fabs(r[i].first_loss - r[0].first_loss) < 0.02, "first loss f32 %.4f vs bf16 run %d %.4f",
+                   r[0].first_loss, i, r[i].first_loss);
+        GPU_EXPECT(fabs(r[i].last_val_loss - r[0].last_val_loss) < 0.15, "val loss f32 %.4f vs bf16 run %d %.4f",
+                   r[0].last_val_loss, i, r[i].last_val_loss);
+    }
+    for (int i = 0; i < 3; i++)
+        GPU_EXPECT(r[i].last_val_loss < r[i].first_loss - 1.5, "autocast %s (run %d) did not learn: %.4f -> val %.4f",
+                   modes[i], i, r[i].first_loss, r[i].last_val_loss);
+}
+
+/* The tiny model on CUDA against the CPU float64 model, in both modes: in f32 to f32 rounding,
+ * with bf16 activations to bf16 rounding (and not exactly: the bf16 path must have run). Every
+ * parameter's gradient is compared, so a branch that loses its gradient through a cast fails. */
+GPU_TEST(bf16_activations_model_matches_cpu_f64) {
+    ModelConfig cfg;
+    GPU_EXPECT(model_config_preset(&cfg, "tiny"), "no tiny preset");
+    cfg.initializer_range = 0.1;
+    for (int mode = 0; mode < 2; mode++) {
+        cfg.mode = mode ? GDP_MODE_SPLIT : GDP_MODE_HOUSEHOLDER;
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            double loss_err = 0;
+            int n = 0;
+            double worst = model_vs_cpu(&cfg, 2, 80, 7, DEV_CUDA, bf16, &loss_err, &n);
+            printf("   %-11s %s activations: %d parameters, worst gradient rel err %.3e, loss %.3e\n",
+                   mode ? "split" : "householder", bf16 ? "bf16" : "f32 ", n, worst, loss_err);
+            const double bound = bf16 ? 5e-2 : 1e-3;
+            GPU_EXPECT(worst <= bound, "%s, %s activations: worst gradient rel err %.3e > %.0e",
+                       mode ? "split" : "householder", bf16 ? "bf16" : "f32", worst, bound);
+            GPU_EXPECT(!bf16 || worst > 1e-5, "bf16 activations: rel err %.3e is f32-exact: the bf16 path did not run",
+                       worst);
+        }
+    }
 }
 
 int main(void) { return gpu_test_main(); }
