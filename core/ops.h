@@ -11,7 +11,7 @@
 
 /* ---- arithmetic ---------------------------------------------------------------------------- */
 /* a + b and a * b, b broadcast over a: b's shape equals a's trailing dims (or a's whole shape). */
-Tensor *op_add(Ctx *ctx, Tensor *a, Tensor *b);
+Tensor *op_add(Ctx *ctx, Tensor *a, Tensor *b); /* on CUDA also f32 a + bf16 b of a's shape (f32 out) */
 Tensor *op_mul(Ctx *ctx, Tensor *a, Tensor *b);
 /* alpha * a */
 Tensor *op_scale(Ctx *ctx, Tensor *a, double alpha);
@@ -35,6 +35,8 @@ Tensor *op_exp(Ctx *ctx, Tensor *x);
 /* ---- normalisation -------------------------------------------------------------------------- */
 /* y = x / sqrt(mean(x^2) + eps) * weight over the last dim; weight [C] or NULL (no scale). */
 Tensor *op_rmsnorm(Ctx *ctx, Tensor *x, Tensor *weight, double eps);
+/* The same with a bf16 output from f32 x and weight on CUDA (out_dtype = x's dtype otherwise). */
+Tensor *op_rmsnorm_to(Ctx *ctx, Tensor *x, Tensor *weight, double eps, DType out_dtype);
 /* y = x / sqrt(sum(x^2) + eps) over each run of `group` elements of the last dim
  * (group = the last dim for per-head, last dim / r for per-slice normalisation). */
 Tensor *op_l2norm(Ctx *ctx, Tensor *x, int64_t group, double eps);

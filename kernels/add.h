@@ -13,7 +13,10 @@ extern "C" {
 void add_forward_cpu(DType dt, void *out, const void *a, const void *b, int64_t outer, int64_t inner);
 void add_backward_b_cpu(DType dt, void *db, const void *dout, int64_t outer, int64_t inner, int accumulate);
 
-void add_forward_cuda(DType dt, void *out, const void *a, const void *b, int64_t outer, int64_t inner, void *stream);
+/* CUDA: out and a of a_dt, b of b_dt: a_dt, or bf16 for f32 a (a bf16 branch into the f32
+ * residual stream). */
+void add_forward_cuda(DType a_dt, DType b_dt, void *out, const void *a, const void *b, int64_t outer, int64_t inner,
+                      void *stream);
 void add_backward_b_cuda(DType dt, void *db, const void *dout, int64_t outer, int64_t inner, int accumulate,
                          void *stream);
 

@@ -33,3 +33,31 @@ static inline unsigned int grid_for(long long n, int block) {
             gdp_fatal("kernel '%s' on cuda supports f32 and bf16, not %s", opname, dtype_name(dt)); \
         }                                                                                      \
     } while (0)
+
+/* Runs body(TX, TY) for an op whose input TX and output TY may differ: both f32, both bf16, or
+ * f32 in and bf16 out (the f32 residual stream feeding a bf16 branch). */
+#define DISPATCH_IN_OUT(xdt, ydt, opname, ...)                                                          \
+    do {                                                                                                \
+        if ((xdt) == (ydt)) {                                                                           \
+            DISPATCH_F32_BF16(xdt, opname, typedef T TX; typedef T TY; __VA_ARGS__);                    \
+        } else if ((xdt) == GDP_F32 && (ydt) == GDP_BF16) {                                             \
+            typedef float TX;                                                                           \
+            typedef __nv_bfloat16 TY;                                                                   \
+            __VA_ARGS__;                                                                                \
+        } else {                                                                                        \
+            gdp_fatal("kernel '%s' on cuda takes f32 or bf16 in and out, or f32 in and bf16 out, not %s to %s", \
+                      opname, dtype_name(xdt), dtype_name(ydt));                                        \
+        }                                                                                               \
+    } while (0)
+
+/* 16 bytes of T (8 bf16 or 4 floats): one vector load or store in the elementwise kernels. */
+template <typename T> struct alignas(16) Pack16 {
+    static constexpr int N = 16 / (int)sizeof(T);
+    T v[N];
+};
+/* Whether n elements at every given pointer (NULL counts as aligned) can go as Pack16 of T. */
+template <typename T> static inline bool packs_fit(long long n, const void *p0, const void *p1 = 0,
+                                                   const void *p2 = 0, const void *p3 = 0, const void *p4 = 0) {
+    const uintptr_t bits = (uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3 | (uintptr_t)p4;
+    return n % Pack16<T>::N == 0 && (bits & 15) == 0;
+}

@@ -1,4 +1,6 @@
-/* CUDA RMSNorm: one warp per row (float accumulation), a deterministic two-stage dw reduction. */
+/* CUDA RMSNorm: one warp per row (float accumulation), a deterministic two-stage dw reduction.
+ * x, w and dx have type TX, y and dy type TY (TX f32 and TY bf16: the f32 residual stream into a
+ * bf16 branch). */
 #include "kernels/common.cuh"
 #include "kernels/rmsnorm.h"
 
@@ -9,12 +11,12 @@ static __device__ __forceinline__ float rms_warp_sum(float v) {
     return v;
 }
 
-template <typename T>
-__global__ void rms_fwd_kernel(T *y, float *rstd, const T *x, const T *w, long long rows, int C, float eps) {
+template <typename TX, typename TY>
+__global__ void rms_fwd_kernel(TY *y, float *rstd, const TX *x, const TX *w, long long rows, int C, float eps) {
     long long row = blockIdx.x * (long long)RMS_ROWS_PER_BLOCK + threadIdx.y;
     if (row >= rows) return;
     int lane = threadIdx.x;
-    const T *xr = x + row * C;
+    const TX *xr = x + row * C;
     float ss = 0.f;
     for (int c = lane; c < C; c += 32) {
         float v = to_f32(xr[c]);
@@ -23,30 +25,31 @@ __global__ void rms_fwd_kernel(T *y, float *rstd, const T *x, const T *w, long l
     ss = rms_warp_sum(ss);
     float r = 1.f / sqrtf(ss / (float)C + eps);
     if (lane == 0) rstd[row] = r;
-    for (int c = lane; c < C; c += 32) y[row * C + c] = from_f32<T>(to_f32(xr[c]) * r * (w ? to_f32(w[c]) : 1.f));
+    for (int c = lane; c < C; c += 32) y[row * C + c] = from_f32<TY>(to_f32(xr[c]) * r * (w ? to_f32(w[c]) : 1.f));
 }
 
-template <typename T>
-__global__ void rms_bwd_dx_kernel(T *dx, const T *dy, const T *x, const T *w, const float *rstd, long long rows, int C,
-                                  int accumulate) {
+template <typename TX, typename TY>
+__global__ void rms_bwd_dx_kernel(TX *dx, const TY *dy, const TX *x, const TX *w, const float *rstd, long long rows,
+                                  int C, int accumulate) {
     long long row = blockIdx.x * (long long)RMS_ROWS_PER_BLOCK + threadIdx.y;
     if (row >= rows) return;
     int lane = threadIdx.x;
-    const T *xr = x + row * C, *gr = dy + row * C;
+    const TX *xr = x + row * C;
+    const TY *gr = dy + row * C;
     float r = rstd[row], dot = 0.f;
     for (int c = lane; c < C; c += 32) dot += to_f32(gr[c]) * (w ? to_f32(w[c]) : 1.f) * to_f32(xr[c]);
     dot = rms_warp_sum(dot) * r / (float)C;
     for (int c = lane; c < C; c += 32) {
         float g = to_f32(gr[c]) * (w ? to_f32(w[c]) : 1.f);
         float v = r * (g - to_f32(xr[c]) * r * dot);
-        T *d = dx + row * C + c;
-        *d = from_f32<T>(accumulate ? to_f32(*d) + v : v);
+        TX *d = dx + row * C + c;
+        *d = from_f32<TX>(accumulate ? to_f32(*d) + v : v);
     }
 }
 
 /* Stage 1: block (32, 8) owns 32 columns of one chunk of rows; fixed-order shared reduction. */
-template <typename T>
-__global__ void rms_dw_partial_kernel(float *partial, const T *dy, const T *x, const float *rstd, long long rows,
+template <typename TX, typename TY>
+__global__ void rms_dw_partial_kernel(float *partial, const TY *dy, const TX *x, const float *rstd, long long rows,
                                       int C, long long rows_per_chunk) {
     __shared__ float part[8][33];
     int c = blockIdx.x * 32 + threadIdx.x;
@@ -76,36 +79,39 @@ __global__ void rms_dw_final_kernel(T *dw, const float *partial, int chunks, int
 
 static unsigned rms_row_blocks(long long rows) { return (unsigned)((rows + RMS_ROWS_PER_BLOCK - 1) / RMS_ROWS_PER_BLOCK); }
 
-extern "C" void rmsnorm_forward_cuda(DType dt, void *y, float *rstd, const void *x, const void *w, int64_t rows,
-                                     int64_t C, double eps, void *stream) {
+extern "C" void rmsnorm_forward_cuda(DType x_dt, DType y_dt, void *y, float *rstd, const void *x, const void *w,
+                                     int64_t rows, int64_t C, double eps, void *stream) {
     if (rows == 0 || C == 0) return;
     dim3 block(32, RMS_ROWS_PER_BLOCK);
-    DISPATCH_F32_BF16(dt, "rmsnorm", rms_fwd_kernel<T><<<rms_row_blocks(rows), block, 0, (cudaStream_t)stream>>>(
-                                         (T *)y, rstd, (const T *)x, (const T *)w, rows, (int)C, (float)eps));
+    DISPATCH_IN_OUT(x_dt, y_dt, "rmsnorm",
+                    rms_fwd_kernel<TX, TY><<<rms_row_blocks(rows), block, 0, (cudaStream_t)stream>>>(
+                        (TY *)y, rstd, (const TX *)x, (const TX *)w, rows, (int)C, (float)eps));
     KERNEL_CHECK();
 }
 
-extern "C" void rmsnorm_backward_dx_cuda(DType dt, void *dx, const void *dy, const void *x, const void *w,
+extern "C" void rmsnorm_backward_dx_cuda(DType x_dt, DType y_dt, void *dx, const void *dy, const void *x, const void *w,
                                          const float *rstd, int64_t rows, int64_t C, int accumulate, void *stream) {
     if (rows == 0 || C == 0) return;
     dim3 block(32, RMS_ROWS_PER_BLOCK);
-    DISPATCH_F32_BF16(dt, "rmsnorm", rms_bwd_dx_kernel<T><<<rms_row_blocks(rows), block, 0, (cudaStream_t)stream>>>(
-                                         (T *)dx, (const T *)dy, (const T *)x, (const T *)w, rstd, rows, (int)C,
-                                         accumulate));
+    DISPATCH_IN_OUT(x_dt, y_dt, "rmsnorm",
+                    rms_bwd_dx_kernel<TX, TY><<<rms_row_blocks(rows), block, 0, (cudaStream_t)stream>>>(
+                        (TX *)dx, (const TY *)dy, (const TX *)x, (const TX *)w, rstd, rows, (int)C, accumulate));
     KERNEL_CHECK();
 }
 
-extern "C" void rmsnorm_backward_dw_cuda(DType dt, void *dw, float *partial, const void *dy, const void *x,
-                                         const float *rstd, int64_t rows, int64_t C, int accumulate, void *stream) {
+extern "C" void rmsnorm_backward_dw_cuda(DType x_dt, DType y_dt, void *dw, float *partial, const void *dy,
+                                         const void *x, const float *rstd, int64_t rows, int64_t C, int accumulate,
+                                         void *stream) {
     if (C == 0) return;
     cudaStream_t s = (cudaStream_t)stream;
     int64_t chunks = rmsnorm_dw_chunks(rows);
     long long per = (rows + chunks - 1) / chunks;
     dim3 block(32, 8), grid((unsigned)((C + 31) / 32), (unsigned)chunks);
-    DISPATCH_F32_BF16(dt, "rmsnorm", rms_dw_partial_kernel<T><<<grid, block, 0, s>>>(
-                                         partial, (const T *)dy, (const T *)x, rstd, rows, (int)C, per > 0 ? per : 1));
+    DISPATCH_IN_OUT(x_dt, y_dt, "rmsnorm",
+                    rms_dw_partial_kernel<TX, TY><<<grid, block, 0, s>>>(partial, (const TY *)dy, (const TX *)x, rstd,
+                                                                         rows, (int)C, per > 0 ? per : 1));
     KERNEL_CHECK();
-    DISPATCH_F32_BF16(dt, "rmsnorm", rms_dw_final_kernel<T><<<(unsigned)((C + 255) / 256), 256, 0, s>>>(
-                                         (T *)dw, partial, (int)chunks, (int)C, accumulate));
+    DISPATCH_F32_BF16(x_dt, "rmsnorm", rms_dw_final_kernel<T><<<(unsigned)((C + 255) / 256), 256, 0, s>>>(
+                                           (T *)dw, partial, (int)chunks, (int)C, accumulate));
     KERNEL_CHECK();
 }

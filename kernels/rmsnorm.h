@@ -27,12 +27,13 @@ void rmsnorm_backward_dx_cpu(DType dt, void *dx, const void *dy, const void *x, 
 void rmsnorm_backward_dw_cpu(DType dt, void *dw, const void *dy, const void *x, const void *rstd, int64_t rows,
                              int64_t C, int accumulate);
 
-void rmsnorm_forward_cuda(DType dt, void *y, float *rstd, const void *x, const void *w, int64_t rows, int64_t C,
-                          double eps, void *stream);
-void rmsnorm_backward_dx_cuda(DType dt, void *dx, const void *dy, const void *x, const void *w, const float *rstd,
-                              int64_t rows, int64_t C, int accumulate, void *stream);
-void rmsnorm_backward_dw_cuda(DType dt, void *dw, float *partial, const void *dy, const void *x, const float *rstd,
-                              int64_t rows, int64_t C, int accumulate, void *stream);
+/* CUDA: x, w and dx of x_dt; y and dy of y_dt, which is x_dt, or bf16 for f32 x. */
+void rmsnorm_forward_cuda(DType x_dt, DType y_dt, void *y, float *rstd, const void *x, const void *w, int64_t rows,
+                          int64_t C, double eps, void *stream);
+void rmsnorm_backward_dx_cuda(DType x_dt, DType y_dt, void *dx, const void *dy, const void *x, const void *w,
+                              const float *rstd, int64_t rows, int64_t C, int accumulate, void *stream);
+void rmsnorm_backward_dw_cuda(DType x_dt, DType y_dt, void *dw, float *partial, const void *dy, const void *x,
+                              const float *rstd, int64_t rows, int64_t C, int accumulate, void *stream);
 
 #ifdef __cplusplus
 }

@@ -175,7 +175,7 @@ static void attn_step(DecodeCuda *dc, const ModelConfig *c, const GdpLayer *L, C
         matvec(dc, L->g_proj, b->h, b->z, 0);
         gated_rmsnorm_forward_cuda(GDP_F32, b->y, b->rstd, b->o, b->z, dev_f32(L->o_norm), H, V, c->norm_eps, s_);
     } else {
-        rmsnorm_forward_cuda(GDP_F32, b->y, b->rstd, b->o, dev_f32(L->o_norm), H, V, c->norm_eps, s_);
+        rmsnorm_forward_cuda(GDP_F32, GDP_F32, b->y, b->rstd, b->o, dev_f32(L->o_norm), H, V, c->norm_eps, s_);
     }
     matvec(dc, L->o_proj, b->y, b->x, 1); /* x += o_proj y: the residual add */
 }
@@ -191,15 +191,15 @@ void decode_cuda_step(DecodeState *st, int token, float *logits) {
                                cudaMemcpyDeviceToDevice, (cudaStream_t)s_));
     for (int i = 0; i < c->num_hidden_layers; i++) {
         const Block *blk = &m->blocks[i];
-        rmsnorm_forward_cuda(GDP_F32, b->h, b->rstd, b->x, dev_f32(blk->attn_norm), 1, D, c->norm_eps, s_);
+        rmsnorm_forward_cuda(GDP_F32, GDP_F32, b->h, b->rstd, b->x, dev_f32(blk->attn_norm), 1, D, c->norm_eps, s_);
         attn_step(dc, c, &blk->attn, &dc->layers[i]);
-        rmsnorm_forward_cuda(GDP_F32, b->h, b->rstd, b->x, dev_f32(blk->mlp_norm), 1, D, c->norm_eps, s_);
+        rmsnorm_forward_cuda(GDP_F32, GDP_F32, b->h, b->rstd, b->x, dev_f32(blk->mlp_norm), 1, D, c->norm_eps, s_);
         matvec(dc, blk->mlp.gate_proj, b->h, b->gate, 0);
         matvec(dc, blk->mlp.up_proj, b->h, b->up, 0);
         swiglu_forward_cuda(GDP_F32, b->act, b->gate, b->up, I, s_);
         matvec(dc, blk->mlp.down_proj, b->act, b->x, 1); /* x += down_proj act */
     }
-    rmsnorm_forward_cuda(GDP_F32, b->h, b->rstd, b->x, dev_f32(m->norm), 1, D, c->norm_eps, s_);
+    rmsnorm_forward_cuda(GDP_F32, GDP_F32, b->h, b->rstd, b->x, dev_f32(m->norm), 1, D, c->norm_eps, s_);
     matvec(dc, m->head, b->h, b->logits, 0);
     const int64_t out = cfg_out_dim(c);
     CUDA_CHECK(cudaMemcpyAsync(logits, b->logits, (size_t)out * sizeof(float), cudaMemcpyDeviceToHost,

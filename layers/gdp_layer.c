@@ -97,7 +97,8 @@ Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Ten
     if (c->use_forget_gate) {
         /* g = -exp(A_log) * softplus(a_proj x + dt_bias), float32 (the model's dtype here). */
         Tensor *a = linear_forward_rows(ctx, xr, l->a_proj, x);
-        a = op_add(ctx, branch_output(ctx, a, l->dt_bias), l->dt_bias); /* the gate in f32 under bf16 */
+        if (a->dtype != l->dt_bias->dtype) a = op_cast(ctx, a, l->dt_bias->dtype); /* the gate in f32 */
+        a = op_add(ctx, a, l->dt_bias);
         Tensor *neg_A = op_scale(ctx, op_exp(ctx, l->A_log), -1.0);
         g = op_mul(ctx, op_softplus(ctx, a), neg_A);
     }

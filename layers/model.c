@@ -59,12 +59,10 @@ void model_free(Model *m) { free_check(&m->blocks); }
 static Tensor *block_forward(Ctx *ctx, const void *user, Tensor *x) {
     const Block *b = (const Block *)user;
     const ModelConfig *c = b->cfg;
-    Tensor *h = branch_input(ctx, x);
-    h = op_rmsnorm(ctx, h, param_like(ctx, b->attn_norm, h), c->norm_eps);
-    x = op_add(ctx, x, branch_output(ctx, gdp_layer_forward(ctx, &b->attn, c, h), x));
-    h = branch_input(ctx, x);
-    h = op_rmsnorm(ctx, h, param_like(ctx, b->mlp_norm, h), c->norm_eps);
-    return op_add(ctx, x, branch_output(ctx, mlp_forward(ctx, &b->mlp, h), x));
+    Tensor *h = op_rmsnorm_to(ctx, x, b->attn_norm, c->norm_eps, branch_dtype(ctx, x));
+    x = op_add(ctx, x, gdp_layer_forward(ctx, &b->attn, c, h));
+    h = op_rmsnorm_to(ctx, x, b->mlp_norm, c->norm_eps, branch_dtype(ctx, x));
+    return op_add(ctx, x, mlp_forward(ctx, &b->mlp, h));
 }
 
 Tensor *model_forward(Model *m, Tensor *ids) {
@@ -84,8 +82,7 @@ Tensor *model_forward(Model *m, Tensor *ids) {
             x = block_forward(ctx, b, op_grad_boundary(ctx, x));
         }
     }
-    x = branch_input(ctx, x); /* bf16 activations: bf16 logits, an f32 loss */
-    x = op_rmsnorm(ctx, x, param_like(ctx, m->norm, x), c->norm_eps);
+    x = op_rmsnorm_to(ctx, x, m->norm, c->norm_eps, branch_dtype(ctx, x)); /* bf16: bf16 logits, f32 loss */
     return linear_forward(ctx, x, m->head);
 }
 

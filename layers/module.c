@@ -107,12 +107,8 @@ void init_identity_mask(float *host, int64_t numel, Rng *rng, const void *user) 
     }
 }
 
-Tensor *branch_input(Ctx *ctx, Tensor *x) {
-    return ctx->bf16_activations && x->dtype == GDP_F32 ? op_cast(ctx, x, GDP_BF16) : x;
-}
-
-Tensor *branch_output(Ctx *ctx, Tensor *y, const Tensor *residual) {
-    return y->dtype != residual->dtype ? op_cast(ctx, y, residual->dtype) : y;
+DType branch_dtype(const Ctx *ctx, const Tensor *x) {
+    return ctx->bf16_activations && x->dtype == GDP_F32 ? GDP_BF16 : x->dtype;
 }
 
 Tensor *param_like(Ctx *ctx, Tensor *w, const Tensor *x) {

@@ -39,12 +39,11 @@ void init_a_log(float *host, int64_t numel, Rng *rng, const void *user);
 void init_dt_bias(float *host, int64_t numel, Rng *rng, const void *user);
 void init_identity_mask(float *host, int64_t numel, Rng *rng, const void *user);
 
-/* bf16 activations (ctx->bf16_activations, CUDA): the residual stream stays f32; every branch
- * (attention, MLP, the head) starts with branch_input, which casts it to bf16, and ends with
- * branch_output, which casts it back. Inside a branch the linear layers take the f32 weights as they
- * are (op_matmul's bf16 x f32 path), and other parameters are used through param_like, a bf16 copy
- * whose gradient accumulates into the f32 master gradient. Without the flag all three return their
- * input. */
-Tensor *branch_input(Ctx *ctx, Tensor *x);
-Tensor *branch_output(Ctx *ctx, Tensor *y, const Tensor *residual);
+/* bf16 activations (ctx->bf16_activations, CUDA): the residual stream stays f32, and every
+ * branch (attention, MLP, the head) runs on bf16 tensors: its input norm writes branch_dtype
+ * (op_rmsnorm_to), and op_add takes its bf16 output into the f32 stream. Inside a branch the linear
+ * layers take the f32 weights as they are (op_matmul's bf16 x f32 path); other parameters are used
+ * through param_like, a bf16 copy whose gradient accumulates into the f32 master gradient. Without
+ * the flag the branch dtype is x's and param_like returns w. */
+DType branch_dtype(const Ctx *ctx, const Tensor *x);
 Tensor *param_like(Ctx *ctx, Tensor *w, const Tensor *x);

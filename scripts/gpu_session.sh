@@ -14,7 +14,11 @@ run() { # run NAME TIMEOUT cmd...
     local name=$1 to=$2; shift 2; local t=$(date +%s)
     if [[ -n "${SKIP:-}" && "$name" =~ ^(${SKIP})$ ]]; then row "$(printf '%-22s skipped' "$name")"; return 0; fi
     timeout "$to" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-    row "$(printf '%-22s rc=%-3s %4ss  %s' "$name" "$rc" "$(( $(date +%s) - t ))" "$(grep -E 'passed|failed|PASS|FAIL|checks' "$OUT/$name.log" | tail -1 | cut -c1-110)")"
+    local what; what=$(grep -E 'passed|failed|PASS|FAIL|checks' "$OUT/$name.log" | tail -1 | cut -c1-110)
+    if grep -q "tok/s" "$OUT/$name.log"; then # a training: the last tokens/s and the GPU memory in use
+        what="$(grep -oE '[0-9]+ tok/s' "$OUT/$name.log" | tail -1), $(grep -oE 'GPU memory in use [0-9.]+' "$OUT/$name.log" | tail -1 | awk '{print $5}') GiB"
+    fi
+    row "$(printf '%-22s rc=%-3s %4ss  %s' "$name" "$rc" "$(( $(date +%s) - t ))" "$what")"
     return $rc
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader > "$OUT/gpu.txt" 2>&1

@@ -15,12 +15,16 @@ typedef struct CaseArgs {
     const ModelConfig *cfg;
     int B, T, group;
     int n_params;          /* filled by the case */
-    bool bf16_activations; /* on CUDA: the branches in bf16 (layers/module.h) */
+    ModelPrecision precision; /* on CUDA */
 } CaseArgs;
 
 static Tensor *model_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
     CaseArgs *a = (CaseArgs *)user;
-    if (ctx->device == DEV_CUDA) ctx->autocast_bf16 = ctx->bf16_activations = a->bf16_activations;
+    if (ctx->device == DEV_CUDA) {
+        ctx->autocast_bf16 = a->precision != MODEL_F32;
+        ctx->bf16_activations = a->precision == MODEL_BF16_ACTIVATIONS;
+        ctx->autocast_gemm_copies = a->precision == MODEL_AUTOCAST_F32_ACTIVATIONS;
+    }
     ParamMaker pm;
     pm_init_direct(&pm, ctx, dt, seed);
     Model m;
@@ -46,7 +50,7 @@ static Tensor *model_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
 
 int model_gradcheck(const ModelConfig *cfg, int B, int T, uint64_t seed, int max_entries, double tol, bool verbose,
                     int *n_checked) {
-    CaseArgs a = {cfg, B, T, 0, 0, false};
+    CaseArgs a = {cfg, B, T, 0, 0, MODEL_F32};
     int fails = 0, checked = 0;
     for (a.group = 0;; a.group++) {
         GradcheckResult r = gradcheck_fd(model_case, &a, seed, max_entries);
@@ -70,22 +74,27 @@ int model_gradcheck(const ModelConfig *cfg, int B, int T, uint64_t seed, int max
     return fails;
 }
 
-double model_vs_cpu(const ModelConfig *cfg, int B, int T, uint64_t seed, Device dev, bool bf16_activations,
-                    double *loss_rel_err, int *n_checked) {
-    CaseArgs a = {cfg, B, T, 0, 0, bf16_activations};
-    double worst = 0, loss = 0;
-    int checked = 0;
+double model_vs_cpu(const ModelConfig *cfg, int B, int T, uint64_t seed, Device dev, ModelPrecision precision,
+                    ModelVsCpu *out) {
+    CaseArgs a = {cfg, B, T, 0, 0, precision};
+    memset(out, 0, sizeof *out);
+    double sum_sq = 0;
     for (a.group = 0;; a.group++) {
         GradcheckResult r = gradcheck_vs_cpu(model_case, &a, seed, dev, GDP_F32);
-        for (int k = 0; k < r.n_leaves; k++)
-            worst = isnan(r.leaves[k].rel_err) || r.leaves[k].rel_err > worst ? r.leaves[k].rel_err : worst;
-        loss = GDP_MAX(loss, r.out_rel_err);
-        checked += r.n_leaves;
+        for (int k = 0; k < r.n_leaves; k++) {
+            double e = r.leaves[k].rel_err;
+            if (isnan(e) || e > out->worst) {
+                out->worst = e;
+                snprintf(out->worst_label, sizeof out->worst_label, "%s", r.leaves[k].label);
+            }
+            sum_sq += e * e;
+        }
+        out->loss_rel_err = GDP_MAX(out->loss_rel_err, r.out_rel_err);
+        out->n_checked += r.n_leaves;
         if ((a.group + 1) * GROUP_SIZE >= a.n_params) break;
     }
-    if (loss_rel_err) *loss_rel_err = loss;
-    if (n_checked) *n_checked = checked;
-    return checked == a.n_params ? worst : NAN; /* a parameter off the tape has no gradient path */
+    out->rms = out->n_checked ? sqrt(sum_sq / out->n_checked) : NAN;
+    return out->n_checked == a.n_params ? out->worst : NAN; /* a parameter off the tape has no gradient path */
 }
 
 int model_gradcheck_preset(const char *preset, uint64_t seed, bool verbose, int *n_checked) {

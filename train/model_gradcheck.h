@@ -15,8 +15,20 @@ int model_gradcheck(const ModelConfig *cfg, int B, int T, uint64_t seed, int max
 /* The named preset's model in householder and in split mode (init scale raised to 0.1 so the
  * nonlinearities are exercised); returns the failure count. */
 int model_gradcheck_preset(const char *preset, uint64_t seed, bool verbose, int *n_checked);
-/* cfg's model on dev in f32 (with bf16_activations: its branches in bf16, as training on CUDA runs
- * them) against the CPU float64 model: returns the worst relative L2 error of any parameter's
- * gradient (NAN when one is missing), with the loss's in *loss_rel_err and the count checked. */
-double model_vs_cpu(const ModelConfig *cfg, int B, int T, uint64_t seed, Device dev, bool bf16_activations,
-                    double *loss_rel_err, int *n_checked);
+typedef enum ModelPrecision {
+    MODEL_F32,                     /* f32 throughout */
+    MODEL_AUTOCAST_F32_ACTIVATIONS, /* bf16 GEMMs (on operand copies) and GDP op, f32 activations */
+    MODEL_BF16_ACTIVATIONS,        /* what training on CUDA runs: the branches on bf16 tensors */
+} ModelPrecision;
+
+typedef struct ModelVsCpu {
+    double worst, rms;   /* over the parameters' gradient rel L2 errors */
+    char worst_label[64]; /* whose gradient is worst */
+    double loss_rel_err;
+    int n_checked;
+} ModelVsCpu;
+
+/* cfg's model on dev at `precision` against the CPU float64 model, every parameter's gradient by
+ * relative L2 error. Returns the worst (NAN when a parameter had no gradient). */
+double model_vs_cpu(const ModelConfig *cfg, int B, int T, uint64_t seed, Device dev, ModelPrecision precision,
+                    ModelVsCpu *out);

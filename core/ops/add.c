@@ -1,7 +1,10 @@
 /* op_add: a + b with b broadcast over a's leading dims. The model of an op glue file:
- * check arguments, allocate outputs, dispatch to kernels/, and give backward and gradcheck. */
+ * check arguments, allocate outputs, dispatch to kernels/, and give backward and gradcheck.
+ * On CUDA, b may be bf16 of a's shape when a is f32 (a bf16 branch into the f32 residual stream):
+ * the output is f32 and b's gradient is dout rounded to bf16. */
 #include "core/op_util.h"
 #include "kernels/add.h"
+#include "kernels/cast.h"
 
 static void add_forward(Ctx *ctx, Node *n) {
     Tensor *a = n->in[0], *b = n->in[1], *out = n->out[0];
@@ -9,7 +12,7 @@ static void add_forward(Ctx *ctx, Node *n) {
     if (ctx->device == DEV_CPU)
         add_forward_cpu(a->dtype, out->data, a->data, b->data, outer, inner);
     else
-        CUDA_ONLY(add_forward_cuda(a->dtype, out->data, a->data, b->data, outer, inner, ctx_stream(ctx)));
+        CUDA_ONLY(add_forward_cuda(a->dtype, b->dtype, out->data, a->data, b->data, outer, inner, ctx_stream(ctx)));
 }
 
 static void add_backward(Ctx *ctx, Node *n) {
@@ -21,6 +24,8 @@ static void add_backward(Ctx *ctx, Node *n) {
         int64_t outer = n->attr[0].i, inner = b->numel;
         if (ctx->device == DEV_CPU)
             add_backward_b_cpu(b->dtype, db->data, dout->data, outer, inner, acc);
+        else if (b->dtype != dout->dtype)
+            CUDA_ONLY(cast_cuda(b->dtype, db->data, dout->dtype, dout->data, b->numel, acc, ctx_stream(ctx)));
         else
             CUDA_ONLY(add_backward_b_cuda(b->dtype, db->data, dout->data, outer, inner, acc, ctx_stream(ctx)));
     }
@@ -33,12 +38,22 @@ static Tensor *add_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_add(ctx, a, b);
 }
 
+/* On CUDA in bf16: f32 a plus bf16 b of its shape (the mixed kernel); elsewhere plain. */
+static Tensor *add_bf16_to_f32_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *a = gc_random(ctx, dt == GDP_BF16 ? GDP_F32 : dt, &seed, -1, 1, SHAPE(2, 3, 5));
+    Tensor *b = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 3, 5));
+    return op_add(ctx, a, b);
+}
+
 const OpDef op_add_def = {"add", add_forward, add_backward, add_case, 0, 0};
+const OpDef op_add_bf16_to_f32_def = {"add_bf16_to_f32", add_forward, add_backward, add_bf16_to_f32_case, 0, 0};
 
 Tensor *op_add(Ctx *ctx, Tensor *a, Tensor *b) {
     op_check_float("add", "a", a, ctx->device);
     op_check_float("add", "b", b, ctx->device);
-    op_check_same_dtype("add", a, b);
+    const bool bf16_into_f32 = ctx->device == DEV_CUDA && a->dtype == GDP_F32 && b->dtype == GDP_BF16 &&
+                               tensor_same_shape(a, b);
+    if (!bf16_into_f32) op_check_same_dtype("add", a, b);
     op_check_contiguous("add", "a", a);
     op_check_contiguous("add", "b", b);
     Node n = node_make(&op_add_def);

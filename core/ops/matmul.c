@@ -234,7 +234,19 @@ static Tensor *matmul_shared_ta_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_matmul(ctx, op_matmul(ctx, x, w1, true, false), w2, true, true); /* [2,5,2] */
 }
 
+/* On CUDA in bf16: bf16 rows times f32 weights (the linear layers under bf16 activations), plain
+ * and transposed; elsewhere the same shapes in one dtype. */
+static Tensor *matmul_bf16_by_f32_case(Ctx *ctx, DType dt, uint64_t seed) {
+    const DType wdt = dt == GDP_BF16 ? GDP_F32 : dt;
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 30, 24));
+    Tensor *w1 = gc_random(ctx, wdt, &seed, -1, 1, SHAPE(20, 24));
+    Tensor *w2 = gc_random(ctx, wdt, &seed, -1, 1, SHAPE(20, 12));
+    return op_matmul(ctx, op_matmul(ctx, x, w1, false, true), w2, false, false); /* [2, 30, 12] */
+}
+
 const OpDef op_matmul_def = {"matmul", matmul_forward, matmul_backward, matmul_case, 0, 0};
+const OpDef op_matmul_bf16_by_f32_def = {"matmul_bf16_by_f32", matmul_forward, matmul_backward,
+                                         matmul_bf16_by_f32_case, 0, 0};
 /* Extra registry entries: the same op, other gradcheck cases. */
 const OpDef op_matmul_tt_def = {"matmul_tt", matmul_forward, matmul_backward, matmul_tt_case, 0, 0};
 const OpDef op_matmul_shared_def = {"matmul_shared", matmul_forward, matmul_backward, matmul_shared_case, 0, 0};

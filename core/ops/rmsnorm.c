@@ -1,5 +1,6 @@
 /* op_rmsnorm: y = x / sqrt(mean(x^2) + eps) * weight over the last dim; weight [C] or NULL.
- * Saves the per-row rstd (dtype on the CPU, f32 on CUDA) for backward. */
+ * Saves the per-row rstd (dtype on the CPU, f32 on CUDA) for backward. op_rmsnorm_to may write y
+ * in bf16 from f32 x and weight on CUDA (the f32 residual stream into a bf16 branch, no cast). */
 #include <math.h>
 
 #include "core/op_util.h"
@@ -12,7 +13,7 @@ static void rmsnorm_forward(Ctx *ctx, Node *n) {
     if (ctx->device == DEV_CPU)
         rmsnorm_forward_cpu(x->dtype, y->data, rstd->data, x->data, wd, rows, C, n->attr[0].f);
     else
-        CUDA_ONLY(rmsnorm_forward_cuda(x->dtype, y->data, (float *)rstd->data, x->data, wd, rows, C, n->attr[0].f,
+        CUDA_ONLY(rmsnorm_forward_cuda(x->dtype, y->dtype, y->data, (float *)rstd->data, x->data, wd, rows, C, n->attr[0].f,
                                        ctx_stream(ctx)));
 }
 
@@ -26,7 +27,7 @@ static void rmsnorm_backward(Ctx *ctx, Node *n) {
         if (ctx->device == DEV_CPU)
             rmsnorm_backward_dx_cpu(x->dtype, dx->data, dy->data, x->data, wd, rstd->data, rows, C, acc);
         else
-            CUDA_ONLY(rmsnorm_backward_dx_cuda(x->dtype, dx->data, dy->data, x->data, wd, (const float *)rstd->data,
+            CUDA_ONLY(rmsnorm_backward_dx_cuda(x->dtype, dy->dtype, dx->data, dy->data, x->data, wd, (const float *)rstd->data,
                                                rows, C, acc, ctx_stream(ctx)));
     }
     if (w && w->requires_grad) {
@@ -38,7 +39,7 @@ static void rmsnorm_backward(Ctx *ctx, Node *n) {
              * read them; later users of scratch run after it on the same stream. */
             size_t mark = arena_mark(&ctx->scratch);
             CUDA_ONLY(rmsnorm_backward_dw_cuda(
-                x->dtype, dw->data,
+                x->dtype, dy->dtype, dw->data,
                 (float *)arena_alloc(&ctx->scratch, (size_t)(rmsnorm_dw_chunks(rows) * C) * sizeof(float)), dy->data,
                 x->data, (const float *)rstd->data, rows, C, acc, ctx_stream(ctx)));
             arena_rewind(&ctx->scratch, mark);
@@ -52,9 +53,20 @@ static Tensor *rmsnorm_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_rmsnorm(ctx, x, w, 1e-5);
 }
 
-const OpDef op_rmsnorm_def = {"rmsnorm", rmsnorm_forward, rmsnorm_backward, rmsnorm_case, 0, 0};
+/* On CUDA in bf16: f32 x and weight, bf16 y (the mixed kernels); elsewhere as rmsnorm_case. */
+static Tensor *rmsnorm_to_bf16_case(Ctx *ctx, DType dt, uint64_t seed) {
+    const DType in = dt == GDP_BF16 ? GDP_F32 : dt;
+    Tensor *x = gc_random(ctx, in, &seed, -1, 1, SHAPE(2, 3, 40));
+    Tensor *w = gc_random(ctx, in, &seed, 0.5, 1.5, SHAPE(40));
+    return op_rmsnorm_to(ctx, x, w, 1e-5, dt);
+}
 
-Tensor *op_rmsnorm(Ctx *ctx, Tensor *x, Tensor *weight, double eps) {
+const OpDef op_rmsnorm_def = {"rmsnorm", rmsnorm_forward, rmsnorm_backward, rmsnorm_case, 0, 0};
+const OpDef op_rmsnorm_to_bf16_def = {"rmsnorm_to_bf16", rmsnorm_forward, rmsnorm_backward, rmsnorm_to_bf16_case, 0, 0};
+
+Tensor *op_rmsnorm(Ctx *ctx, Tensor *x, Tensor *weight, double eps) { return op_rmsnorm_to(ctx, x, weight, eps, x->dtype); }
+
+Tensor *op_rmsnorm_to(Ctx *ctx, Tensor *x, Tensor *weight, double eps, DType out_dtype) {
     char dx[TENSOR_DESC_LEN], dw[TENSOR_DESC_LEN];
     op_check_float("rmsnorm", "x", x, ctx->device);
     op_check_contiguous("rmsnorm", "x", x);
@@ -70,13 +82,16 @@ Tensor *op_rmsnorm(Ctx *ctx, Tensor *x, Tensor *weight, double eps) {
                       tensor_describe(weight, dw, sizeof dw), (long long)C, tensor_describe(x, dx, sizeof dx));
     }
     if (!(eps >= 0) || !isfinite(eps)) gdp_fatal("op 'rmsnorm': eps %g must be finite and >= 0", eps);
+    if (out_dtype != x->dtype && !(ctx->device == DEV_CUDA && x->dtype == GDP_F32 && out_dtype == GDP_BF16))
+        gdp_fatal("op 'rmsnorm': cannot write %s output from x %s on %s; the output dtype is x's, or bf16 from f32 "
+                  "on cuda", dtype_name(out_dtype), tensor_describe(x, dx, sizeof dx), device_name(ctx->device));
     int64_t rows = x->numel / C;
     Node n = node_make(&op_rmsnorm_def);
     n.n_in = weight ? 2 : 1, n.in[0] = x, n.in[1] = weight;
     n.attr[0].f = eps;
     n.n_saved = 1;
     n.saved[0] = tensor_new(ctx, LIFE_ACT, ctx->device == DEV_CPU ? x->dtype : GDP_F32, 1, &rows);
-    n.n_out = 1, n.out[0] = op_new_out(ctx, x, x->ndim, x->shape);
+    n.n_out = 1, n.out[0] = tensor_new(ctx, LIFE_ACT, out_dtype, x->ndim, x->shape);
     op_run(ctx, &n);
     return n.out[0];
 }

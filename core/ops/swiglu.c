@@ -32,7 +32,16 @@ static Tensor *swiglu_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_swiglu(ctx, a, b);
 }
 
+/* 16-byte-aligned rows of a multiple of 8 (CUDA's packed kernels), used twice so that the second
+ * backward accumulates into a's and b's gradients. */
+static Tensor *swiglu_packed_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *a = gc_random(ctx, dt, &seed, -3, 3, SHAPE(3, 2, 16));
+    Tensor *b = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 2, 16));
+    return op_add(ctx, op_swiglu(ctx, a, b), op_scale(ctx, op_swiglu(ctx, a, b), 0.5));
+}
+
 const OpDef op_swiglu_def = {"swiglu", swiglu_forward, swiglu_backward, swiglu_case, 0, 0};
+const OpDef op_swiglu_packed_def = {"swiglu_packed", swiglu_forward, swiglu_backward, swiglu_packed_case, 0, 0};
 
 Tensor *op_swiglu(Ctx *ctx, Tensor *a, Tensor *b) {
     char da[TENSOR_DESC_LEN], db[TENSOR_DESC_LEN];
