@@ -68,6 +68,9 @@ void gdp_layer_new(GdpLayer *l, ParamMaker *pm, const ModelConfig *c, const char
     snprintf(name, sizeof name, "%s.o_norm.weight", prefix);
     l->o_norm = pm_param(pm, name, SHAPE(cfg_head_v_dim(c)), false, INIT_ONES, 0, 0);
     l->o_proj = proj(pm, prefix, "o_proj", vd, D, std);
+    const int64_t norm_group = c->mode == GDP_MODE_SPLIT ? c->head_dim / c->num_householder : c->head_dim;
+    l->q_seg = (struct ConvNorm){l->q_conv, norm_group};
+    l->k_seg = (struct ConvNorm){l->k_conv, norm_group};
 }
 
 /* Short causal conv (depthwise, no bias) + SiLU; plain SiLU without short convs (as fla). */
@@ -77,18 +80,21 @@ static Tensor *conv_silu(Ctx *ctx, Tensor *x, Tensor *w) {
     return op_conv1d_causal_silu(ctx, x, w2);
 }
 
-Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Tensor *x) {
+static Tensor *conv_norm(Ctx *ctx, const void *user, Tensor *x) {
+    const struct ConvNorm *seg = (const struct ConvNorm *)user;
+    return op_l2norm(ctx, conv_silu(ctx, x, seg->conv), seg->group, L2NORM_EPS);
+}
+
+Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Tensor *x, bool recompute) {
     const int64_t B = x->shape[0], T = x->shape[1];
     const int64_t H = c->num_heads, K = c->head_dim, V = cfg_head_v_dim(c), s = cfg_slots(c);
     const bool split = c->mode == GDP_MODE_SPLIT;
-    const int64_t norm_group = split ? K / c->num_householder : K;
 
     Tensor *xr = linear_flatten(ctx, x); /* read by every projection */
-    Tensor *q = conv_silu(ctx, linear_forward_rows(ctx, xr, l->q_proj, x), l->q_conv);
-    Tensor *k = conv_silu(ctx, linear_forward_rows(ctx, xr, l->k_proj, x), l->k_conv);
+    Tensor *q = linear_forward_rows(ctx, xr, l->q_proj, x), *k = linear_forward_rows(ctx, xr, l->k_proj, x);
+    q = recompute ? op_checkpoint(ctx, conv_norm, &l->q_seg, q) : conv_norm(ctx, &l->q_seg, q);
+    k = recompute ? op_checkpoint(ctx, conv_norm, &l->k_seg, k) : conv_norm(ctx, &l->k_seg, k);
     Tensor *v = conv_silu(ctx, linear_forward_rows(ctx, xr, l->v_proj, x), l->v_conv);
-    q = op_l2norm(ctx, q, norm_group, L2NORM_EPS);
-    k = op_l2norm(ctx, k, norm_group, L2NORM_EPS);
 
     Tensor *beta = op_sigmoid(ctx, linear_forward_rows(ctx, xr, l->b_proj, x));
     if (c->allow_neg_eigval) beta = op_scale(ctx, beta, 2.0);

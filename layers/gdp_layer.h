@@ -14,8 +14,13 @@ typedef struct GdpLayer {
     Tensor *mask;                              /* split mode: [H, r, r] */
     Tensor *o_norm;                            /* [d_v] */
     Tensor *o_proj;                            /* [hidden, value_dim] */
+    struct ConvNorm {                          /* l2norm(silu(conv(x))) of q and k, recomputable */
+        Tensor *conv;                          /* q_conv / k_conv, or NULL */
+        int64_t group;                         /* the norm's group */
+    } q_seg, k_seg;
 } GdpLayer;
 
 void gdp_layer_new(GdpLayer *l, ParamMaker *pm, const ModelConfig *c, const char *prefix);
-/* x [B, T, hidden] (already normed) -> [B, T, hidden]. */
-Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Tensor *x);
+/* x [B, T, hidden] (already normed) -> [B, T, hidden]. With `recompute`, the q and k short convs
+ * and L2 norms keep only their inputs (the projections) and run again in backward. */
+Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Tensor *x, bool recompute);

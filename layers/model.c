@@ -55,14 +55,22 @@ void model_create(Model *m, const ModelConfig *cfg, Ctx *ctx, ParamStore *ps, ui
 
 void model_free(Model *m) { free_check(&m->blocks); }
 
-/* One block: x + attn(norm(x)), then + mlp(norm(.)); the branches may run in bf16 (layers/module.h). */
+/* x + mlp(norm(x)) */
+static Tensor *mlp_half(Ctx *ctx, const void *user, Tensor *x) {
+    const Block *b = (const Block *)user;
+    Tensor *h = op_rmsnorm_to(ctx, x, b->mlp_norm, b->cfg->norm_eps, branch_dtype(ctx, x));
+    return op_add(ctx, x, mlp_forward(ctx, &b->mlp, h));
+}
+
+/* One block: x + attn(norm(x)), then + mlp(norm(.)); the branches may run in bf16 (layers/module.h).
+ * Selective recomputation keeps only the MLP half's input: its norm, GEMM outputs and SwiGLU (a
+ * quarter of a block's activations) are made again in backward for three GEMMs' forward. */
 static Tensor *block_forward(Ctx *ctx, const void *user, Tensor *x) {
     const Block *b = (const Block *)user;
     const ModelConfig *c = b->cfg;
     Tensor *h = op_rmsnorm_to(ctx, x, b->attn_norm, c->norm_eps, branch_dtype(ctx, x));
-    x = op_add(ctx, x, gdp_layer_forward(ctx, &b->attn, c, h));
-    h = op_rmsnorm_to(ctx, x, b->mlp_norm, c->norm_eps, branch_dtype(ctx, x));
-    return op_add(ctx, x, mlp_forward(ctx, &b->mlp, h));
+    x = op_add(ctx, x, gdp_layer_forward(ctx, &b->attn, c, h, b->selective));
+    return b->selective ? op_checkpoint(ctx, mlp_half, b, x) : mlp_half(ctx, b, x);
 }
 
 Tensor *model_forward(Model *m, Tensor *ids) {
@@ -75,6 +83,7 @@ Tensor *model_forward(Model *m, Tensor *ids) {
     for (int i = 0; i < c->num_hidden_layers; i++) {
         Block *b = &m->blocks[i];
         b->cfg = c;
+        b->selective = m->selective_recompute && !m->recompute;
         if (m->recompute) { /* only the block's input stays; backward runs it again */
             x = op_checkpoint(ctx, block_forward, b, x);
         } else {

@@ -16,6 +16,7 @@ typedef struct Block {
     Tensor *mlp_norm;  /* model.layers.N.mlp_norm.weight */
     Mlp mlp;           /* model.layers.N.mlp.* */
     const ModelConfig *cfg; /* the model's, set by model_forward (for recomputation) */
+    bool selective;         /* set by model_forward: recompute the MLP half and the q/k conv + norm */
 } Block;
 
 typedef struct Model {
@@ -27,6 +28,8 @@ typedef struct Model {
     Tensor *norm;       /* [D] */
     Tensor *head;       /* lm_head.weight / classifier.weight; == embeddings when tied */
     bool recompute;     /* blocks recompute their activations in backward (op_checkpoint) */
+    bool selective_recompute; /* only the cheap parts: each block's MLP half (from its input) and the
+                               * q/k short conv + L2 norm (from the projections); off under recompute */
 } Model;
 
 /* Registers (or, in direct mode, creates) every parameter, one gradient bucket per block. */

@@ -37,6 +37,12 @@ for nh in 1 2 3; do
         --data /tmp/gcide --steps 10 --batch 8 --seq 2048 --eval-every 0 --print-every 1
     grep -E "^step +10/|^memory" "$OUT/train-base-nh$nh.log"
 done
+# --selective-recompute: the MLP halves and q/k conv + norm made again in backward (memory vs time)
+for nh in 1 2 3; do
+    run train-base-selective-nh$nh 60 build/gdp train --preset base --set num_householder=$nh --set vocab_size=32000 \
+        --device cuda --data /tmp/gcide --steps 10 --batch 8 --seq 2048 --eval-every 0 --print-every 1 --selective-recompute
+    grep -E "^step +10/|^memory" "$OUT/train-base-selective-nh$nh.log"
+done
 # f32 activations (bf16 GEMMs on operand copies and the GDP op in bf16 only), for comparison
 run train-base-f32acts-nh2 60 build/gdp train --preset base --set vocab_size=32000 --device cuda \
     --data /tmp/gcide --steps 10 --batch 8 --seq 2048 --eval-every 0 --print-every 1 --activations f32

@@ -44,17 +44,20 @@ for z in 0 1; do
         echo "FAIL: zero $z: bucketed and unbucketed 2-rank runs log different losses or gradient norms"; fail=1
     fi
 done
-# --recompute on 2 ranks asks for buckets and gets one reduction after backward, with the same
-# losses and gradient norms as the plain 2-rank run (recomputation gives the same bits)
-# shellcheck disable=SC2086
-$MPIRUN "$GDP" train $common --batch 2 --bucket-mb 0.01 --recompute --out "$TMP/two_rc" >"$TMP/two_rc.log" 2>&1 ||
-    { echo "FAIL: 2-rank --recompute run"; tail -20 "$TMP/two_rc.log"; exit 1; }
-if grep -q "^gradients: one all-reduce after backward (--recompute)" "$TMP/two_rc.log" &&
-    [ "$(cut -f2,4 "$TMP/two0_0/log.tsv")" = "$(cut -f2,4 "$TMP/two_rc/log.tsv")" ]; then
-    echo "ok: 2 ranks with --recompute: one reduction after backward, the same 20 losses and gradient norms"
-else
-    echo "FAIL: 2 ranks with --recompute: no one-reduction line, or losses / gradient norms differ"; fail=1
-fi
+# --recompute (and --selective-recompute) on 2 ranks asks for buckets and gets one reduction after
+# backward, with the same losses and gradient norms as the plain 2-rank run (recomputation gives the
+# same bits)
+for rc in recompute selective-recompute; do
+    # shellcheck disable=SC2086
+    $MPIRUN "$GDP" train $common --batch 2 --bucket-mb 0.01 --$rc --out "$TMP/two_$rc" >"$TMP/two_$rc.log" 2>&1 ||
+        { echo "FAIL: 2-rank --$rc run"; tail -20 "$TMP/two_$rc.log"; exit 1; }
+    if grep -q "^gradients: one all-reduce after backward (--$rc)" "$TMP/two_$rc.log" &&
+        [ "$(cut -f2,4 "$TMP/two0_0/log.tsv")" = "$(cut -f2,4 "$TMP/two_$rc/log.tsv")" ]; then
+        echo "ok: 2 ranks with --$rc: one reduction after backward, the same 20 losses and gradient norms"
+    else
+        echo "FAIL: 2 ranks with --$rc: no one-reduction line, or losses / gradient norms differ"; fail=1
+    fi
+done
 # a checkpoint written by 2 ranks (ZeRO-1) resumes on 1 rank (log.tsv counts steps from 0)
 "$GDP" train $common --batch 4 --steps 24 --resume "$TMP/two1_0.01" --out "$TMP/two1_0.01" >"$TMP/resume.log" 2>&1 &&
     [ "$(tail -1 "$TMP/two1_0.01/log.tsv" | cut -f1)" = 23 ] &&

@@ -193,14 +193,16 @@ END_TEST
 
 /* ---- recomputation ------------------------------------------------------------------------------- */
 
-/* Loss and every parameter gradient of one step, with or without recomputed blocks, on the CPU. */
-static double recompute_step(ModelConfig c, bool recompute, float *grads, int64_t *n_grads, size_t *acts_peak) {
+/* Loss and every parameter gradient of one step on the CPU: recompute 0 none, 1 whole blocks, 2
+ * selective (the MLP halves and the q/k conv + norm). */
+static double recompute_step(ModelConfig c, int recompute, float *grads, int64_t *n_grads, size_t *acts_peak) {
     Ctx *ctx = ctx_create(DEV_CPU, ctx_default_sizes());
     ParamStore ps;
     Model m;
     c.initializer_range = 0.2;
     model_create(&m, &c, ctx, &ps, 5);
-    m.recompute = recompute;
+    m.recompute = recompute == 1;
+    m.selective_recompute = recompute == 2;
     const int B = 2, T = 37;
     int32_t ids[2 * 37], tg[2 * 37];
     Rng rng;
@@ -220,8 +222,8 @@ static double recompute_step(ModelConfig c, bool recompute, float *grads, int64_
     return l;
 }
 
-/* Recomputed blocks run the same ops on the same inputs: the loss and every gradient are the same
- * bits, with less activation memory. */
+/* Recomputed blocks (or their cheap parts) run the same ops on the same inputs: the loss and every
+ * gradient are the same bits, with less activation memory. */
 START_TEST(recompute_gives_identical_gradients) {
     ModelConfig c;
     model_config_preset(&c, "tiny");
@@ -230,13 +232,18 @@ START_TEST(recompute_gives_identical_gradients) {
         float *g0 = (float *)xmalloc(sizeof(float) << 20), *g1 = (float *)xmalloc(sizeof(float) << 20);
         int64_t n0, n1;
         size_t a0, a1;
-        double l0 = recompute_step(c, false, g0, &n0, &a0), l1 = recompute_step(c, true, g1, &n1, &a1);
-        ck_assert(n0 == n1 && n0 < (1 << 20));
-        ck_assert_msg(l0 == l1, "loss %.17g with recompute vs %.17g without", l1, l0);
-        for (int64_t i = 0; i < n0; i++)
-            ck_assert_msg(g0[i] == g1[i], "gradient element %lld: %.9g with recompute vs %.9g without", (long long)i,
-                          g1[i], g0[i]);
-        ck_assert_msg(a1 < a0, "recompute used %zu activation bytes, not fewer than %zu", a1, a0);
+        double l0 = recompute_step(c, 0, g0, &n0, &a0);
+        for (int how = 1; how <= 2; how++) {
+            double l1 = recompute_step(c, how, g1, &n1, &a1);
+            const char *name = how == 1 ? "recompute" : "selective recompute";
+            ck_assert(n0 == n1 && n0 < (1 << 20));
+            ck_assert_msg(l0 == l1, "loss %.17g with %s vs %.17g without", l1, name, l0);
+            for (int64_t i = 0; i < n0; i++)
+                ck_assert_msg(g0[i] == g1[i], "gradient element %lld: %.9g with %s vs %.9g without", (long long)i,
+                              g1[i], name, g0[i]);
+            ck_assert_msg(a1 < a0, "%s used %zu activation bytes, not fewer than %zu", name, a1, a0);
+            printf("   %s %s: activations %zu -> %zu bytes\n", mode ? "split" : "householder", name, a0, a1);
+        }
         free(g0), free(g1);
     }
 }

@@ -409,6 +409,12 @@ START_TEST(rmsnorm_weight_dtype_mismatch) {
 END_TEST
 START_TEST(rmsnorm_null_input) { op_rmsnorm(cpu(), NULL, NULL, 1e-5); }
 END_TEST
+/* A bf16 output from f32 is for CUDA only (the CPU has no bf16). */
+START_TEST(rmsnorm_to_bf16_on_cpu) {
+    Ctx *ctx = cpu();
+    op_rmsnorm_to(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F32, SHAPE(2, 4)), NULL, 1e-5, GDP_BF16);
+}
+END_TEST
 START_TEST(rmsnorm_negative_eps) {
     Ctx *ctx = cpu();
     op_rmsnorm(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 4)), NULL, -1);
@@ -525,6 +531,7 @@ static Suite *make_suite(void) {
     tcase_add_exit_test(tc, rmsnorm_weight_dtype_mismatch, 1);
     tcase_add_exit_test(tc, rmsnorm_null_input, 1);
     tcase_add_exit_test(tc, rmsnorm_negative_eps, 1);
+    tcase_add_exit_test(tc, rmsnorm_to_bf16_on_cpu, 1);
     tcase_add_exit_test(tc, l2norm_group_not_dividing, 1);
     tcase_add_exit_test(tc, l2norm_group_zero, 1);
     tcase_add_exit_test(tc, l2norm_null_input, 1);

@@ -55,6 +55,7 @@ typedef struct TrainOptions {
     double peak_tflops;      /* for MFU on GPU */
     bool profile;            /* time every op after the first step; table at the end */
     bool recompute;          /* --recompute: blocks run again in backward (op_checkpoint) */
+    bool selective_recompute; /* --selective-recompute: the MLP halves and q/k conv + norm only */
     const char *autocast;    /* "bf16", "off", or NULL/"auto": bf16 on cuda, off on cpu */
     bool f32_activations;    /* --activations f32: autocast keeps f32 activations (bf16 GEMMs and GDP op only) */
     bool bf16_gemm_copies;   /* f32 activations under autocast: linear GEMMs on bf16 operand copies (default;

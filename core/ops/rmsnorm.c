@@ -64,7 +64,10 @@ static Tensor *rmsnorm_to_bf16_case(Ctx *ctx, DType dt, uint64_t seed) {
 const OpDef op_rmsnorm_def = {"rmsnorm", rmsnorm_forward, rmsnorm_backward, rmsnorm_case, 0, 0};
 const OpDef op_rmsnorm_to_bf16_def = {"rmsnorm_to_bf16", rmsnorm_forward, rmsnorm_backward, rmsnorm_to_bf16_case, 0, 0};
 
-Tensor *op_rmsnorm(Ctx *ctx, Tensor *x, Tensor *weight, double eps) { return op_rmsnorm_to(ctx, x, weight, eps, x->dtype); }
+Tensor *op_rmsnorm(Ctx *ctx, Tensor *x, Tensor *weight, double eps) {
+    op_check_not_null("rmsnorm", "x", x);
+    return op_rmsnorm_to(ctx, x, weight, eps, x->dtype);
+}
 
 Tensor *op_rmsnorm_to(Ctx *ctx, Tensor *x, Tensor *weight, double eps, DType out_dtype) {
     char dx[TENSOR_DESC_LEN], dw[TENSOR_DESC_LEN];
