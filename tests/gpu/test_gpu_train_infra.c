@@ -235,11 +235,12 @@ GPU_TEST(bf16_activations_model_matches_cpu_f64) {
     ModelConfig cfg;
     GPU_EXPECT(model_config_preset(&cfg, "tiny"), "no tiny preset");
     cfg.initializer_range = 0.1;
-    static const char *names[3] = {"f32", "autocast, f32 activations", "bf16 activations"};
+    static const char *names[4] = {"f32", "autocast, f32 activations", "bf16 activations",
+                                   "bf16, selective recompute"};
     for (int mode = 0; mode < 2; mode++) {
         cfg.mode = mode ? GDP_MODE_SPLIT : GDP_MODE_HOUSEHOLDER;
-        ModelVsCpu r[3];
-        for (int p = 0; p < 3; p++) {
+        ModelVsCpu r[4];
+        for (int p = 0; p < 4; p++) {
             model_vs_cpu(&cfg, 2, 80, 7, DEV_CUDA, (ModelPrecision)p, &r[p]);
             printf("   %-11s %-26s %d parameters, gradient rel err rms %.3e, worst %.3e (%s), loss %.3e\n",
                    mode ? "split" : "householder", names[p], r[p].n_checked, r[p].rms, r[p].worst, r[p].worst_label,
@@ -252,6 +253,10 @@ GPU_TEST(bf16_activations_model_matches_cpu_f64) {
                    r[2].worst, r[2].rms, r[1].worst, r[1].rms);
         GPU_EXPECT(r[2].worst > 1e-5, "bf16 activations: rel err %.3e is f32-exact: the bf16 path did not run",
                    r[2].worst);
+        /* recomputation runs the same kernels on the same inputs */
+        GPU_EXPECT(fabs(r[3].rms - r[2].rms) <= 1e-6 * r[2].rms && fabs(r[3].loss_rel_err - r[2].loss_rel_err) <= 1e-9,
+                   "selective recompute: gradient rel err rms %.6e, loss %.3e; without it %.6e, %.3e", r[3].rms,
+                   r[3].loss_rel_err, r[2].rms, r[2].loss_rel_err);
     }
 }
 
