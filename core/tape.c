@@ -193,12 +193,10 @@ static void checkpoint_backward(Ctx *ctx, Node *n) {
     ctx->grad_enabled = grad;
     checkpoint_same_shape(x, r);
     GDP_CHECK(r->requires_grad && r->recorded, "op 'checkpoint': the function's output does not depend on its input");
-    /* Leaves other than x must keep their gradients below the release: parameters (persist), or
-     * leaves whose gradient backward set up before it walked here (release_begin). */
-    for (int i = first; i < tape->n; i++)
+    for (int i = first; i < tape->n; i++) /* leaves other than x keep gradients only in persist */
         for (int j = 0; j < tape->nodes[i].n_in; j++) {
             const Tensor *t = tape->nodes[i].in[j];
-            if (t && t->requires_grad && !t->recorded && t != xin && !t->is_param && !t->grad)
+            if (t && t->requires_grad && !t->recorded && t != xin && !t->is_param)
                 gdp_fatal("op 'checkpoint': op '%s' inside the recomputed function reads '%s', a leaf that needs a "
                           "gradient but is not a parameter; pass it as the function's input or register it",
                           tape->nodes[i].op->name, t->name);

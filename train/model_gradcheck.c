@@ -22,14 +22,13 @@ static Tensor *model_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
     CaseArgs *a = (CaseArgs *)user;
     if (ctx->device == DEV_CUDA) {
         ctx->autocast_bf16 = a->precision != MODEL_F32;
-        ctx->bf16_activations = a->precision == MODEL_BF16_ACTIVATIONS || a->precision == MODEL_BF16_SELECTIVE;
+        ctx->bf16_activations = a->precision == MODEL_BF16_ACTIVATIONS;
         ctx->autocast_gemm_copies = a->precision == MODEL_AUTOCAST_F32_ACTIVATIONS;
     }
     ParamMaker pm;
     pm_init_direct(&pm, ctx, dt, seed);
     Model m;
     model_build(&m, a->cfg, &pm);
-    m.selective_recompute = ctx->device == DEV_CUDA && a->precision == MODEL_BF16_SELECTIVE;
     a->n_params = pm.n_made;
     for (int i = 0; i < pm.n_made; i++) pm.made[i]->requires_grad = (i / GROUP_SIZE) == a->group;
     pm_free(&pm);

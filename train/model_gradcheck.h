@@ -19,7 +19,6 @@ typedef enum ModelPrecision {
     MODEL_F32,                     /* f32 throughout */
     MODEL_AUTOCAST_F32_ACTIVATIONS, /* bf16 GEMMs (on operand copies) and GDP op, f32 activations */
     MODEL_BF16_ACTIVATIONS,        /* what training on CUDA runs: the branches on bf16 tensors */
-    MODEL_BF16_SELECTIVE,          /* the same with --selective-recompute */
 } ModelPrecision;
 
 typedef struct ModelVsCpu {
