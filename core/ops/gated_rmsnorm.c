@@ -50,15 +50,22 @@ static void gated_rmsnorm_backward(Ctx *ctx, Node *n) {
     }
 }
 
-static Tensor *gated_rmsnorm_case(Ctx *ctx, DType dt, uint64_t seed) {
-    Tensor *o = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 3, 16));
-    Tensor *z = gc_random(ctx, dt, &seed, -3, 3, SHAPE(2, 3, 16));
-    Tensor *w = gc_random(ctx, dt, &seed, 0.5, 1.5, SHAPE(16));
+/* D = 16: CUDA's kernels take 8 columns a lane; D = 12 (the odd case): one at a time. */
+static Tensor *gated_rmsnorm_case_d(Ctx *ctx, DType dt, uint64_t seed, int64_t D) {
+    Tensor *o = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 3, D));
+    Tensor *z = gc_random(ctx, dt, &seed, -3, 3, SHAPE(2, 3, D));
+    Tensor *w = gc_random(ctx, dt, &seed, 0.5, 1.5, SHAPE(D));
     return op_gated_rmsnorm(ctx, o, z, w, 1e-5);
+}
+static Tensor *gated_rmsnorm_case(Ctx *ctx, DType dt, uint64_t seed) { return gated_rmsnorm_case_d(ctx, dt, seed, 16); }
+static Tensor *gated_rmsnorm_odd_case(Ctx *ctx, DType dt, uint64_t seed) {
+    return gated_rmsnorm_case_d(ctx, dt, seed, 12);
 }
 
 const OpDef op_gated_rmsnorm_def = {"gated_rmsnorm", gated_rmsnorm_forward, gated_rmsnorm_backward,
                                     gated_rmsnorm_case, 0, 0};
+const OpDef op_gated_rmsnorm_odd_def = {"gated_rmsnorm_odd", gated_rmsnorm_forward, gated_rmsnorm_backward,
+                                        gated_rmsnorm_odd_case, 0, 0};
 
 Tensor *op_gated_rmsnorm(Ctx *ctx, Tensor *o, Tensor *z, Tensor *w, double eps) {
     char d0[TENSOR_DESC_LEN], d1[TENSOR_DESC_LEN];
