@@ -15,44 +15,22 @@ static __device__ __forceinline__ float grms_sigmoid(float x) {
     return e / (1.f + e);
 }
 
-/* by8: D is a multiple of 8 and the rows are 16-byte aligned, so each lane takes 8 columns at a
- * time (vector loads) instead of one. */
 template <typename T>
 __global__ void grms_fwd_kernel(T *y, float *rstd, const T *o, const T *z, const T *w, long long rows, int D,
-                                float eps, int by8) {
+                                float eps) {
     long long row = blockIdx.x * (long long)GRMS_ROWS_PER_BLOCK + threadIdx.y;
     if (row >= rows) return;
     const T *orow = o + row * D, *zr = z + row * D;
-    T *yr = y + row * D;
     float ss = 0.f;
-    if (by8) {
-        for (int c = threadIdx.x * 8; c < D; c += 256) {
-            float v[8];
-            load8(orow + c, v);
-#pragma unroll
-            for (int j = 0; j < 8; j++) ss += v[j] * v[j];
-        }
-    } else {
-        for (int c = threadIdx.x; c < D; c += 32) {
-            float v = to_f32(orow[c]);
-            ss += v * v;
-        }
+    for (int c = threadIdx.x; c < D; c += 32) {
+        float v = to_f32(orow[c]);
+        ss += v * v;
     }
     float r = 1.f / sqrtf(grms_warp_sum(ss) / (float)D + eps);
     if (threadIdx.x == 0) rstd[row] = r;
-    if (by8) {
-        for (int c = threadIdx.x * 8; c < D; c += 256) {
-            float ov[8], zv[8], wv[8];
-            load8(orow + c, ov), load8(zr + c, zv), load8(w + c, wv);
-#pragma unroll
-            for (int j = 0; j < 8; j++) ov[j] = ov[j] * r * wv[j] * zv[j] * grms_sigmoid(zv[j]);
-            store8(yr + c, ov);
-        }
-    } else {
-        for (int c = threadIdx.x; c < D; c += 32) {
-            float zc = to_f32(zr[c]);
-            yr[c] = from_f32<T>(to_f32(orow[c]) * r * to_f32(w[c]) * zc * grms_sigmoid(zc));
-        }
+    for (int c = threadIdx.x; c < D; c += 32) {
+        float zc = to_f32(zr[c]);
+        y[row * D + c] = from_f32<T>(to_f32(orow[c]) * r * to_f32(w[c]) * zc * grms_sigmoid(zc));
     }
 }
 
@@ -60,60 +38,29 @@ __global__ void grms_fwd_kernel(T *y, float *rstd, const T *o, const T *z, const
  * may share memory when o and z are one tensor (the glue then passes acc_o = 1). */
 template <typename T>
 __global__ void grms_bwd_oz_kernel(T *d_o, T *dz, const T *dy, const T *o, const T *z, const T *w, const float *rstd,
-                                   long long rows, int D, int acc_o, int acc_z, int by8) {
+                                   long long rows, int D, int acc_o, int acc_z) {
     long long row = blockIdx.x * (long long)GRMS_ROWS_PER_BLOCK + threadIdx.y;
     if (row >= rows) return;
     const T *orow = o + row * D, *zr = z + row * D, *gr = dy + row * D;
     float r = rstd[row], dot = 0.f;
-    if (by8) {
-        for (int c = threadIdx.x * 8; c < D; c += 256) {
-            float zv[8], wv[8], gv[8], ov[8], d[8];
-            load8(zr + c, zv), load8(w + c, wv), load8(gr + c, gv), load8(orow + c, ov);
-            if (dz && acc_z) load8(dz + row * D + c, d);
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float s = grms_sigmoid(zv[j]), oh = ov[j] * r;
-                dot += gv[j] * wv[j] * zv[j] * s * oh;
-                const float v = gv[j] * oh * wv[j] * s * (1.f + zv[j] * (1.f - s));
-                d[j] = acc_z ? d[j] + v : v;
-            }
-            if (dz) store8(dz + row * D + c, d);
-        }
-    } else {
-        for (int c = threadIdx.x; c < D; c += 32) {
-            float zc = to_f32(zr[c]), s = grms_sigmoid(zc), wc = to_f32(w[c]), gy = to_f32(gr[c]);
-            float oh = to_f32(orow[c]) * r;
-            dot += gy * wc * zc * s * oh;
-            if (dz) {
-                float v = gy * oh * wc * s * (1.f + zc * (1.f - s));
-                T *dd = dz + row * D + c;
-                *dd = from_f32<T>(acc_z ? to_f32(*dd) + v : v);
-            }
+    for (int c = threadIdx.x; c < D; c += 32) {
+        float zc = to_f32(zr[c]), s = grms_sigmoid(zc), wc = to_f32(w[c]), gy = to_f32(gr[c]);
+        float oh = to_f32(orow[c]) * r;
+        dot += gy * wc * zc * s * oh;
+        if (dz) {
+            float v = gy * oh * wc * s * (1.f + zc * (1.f - s));
+            T *d = dz + row * D + c;
+            *d = from_f32<T>(acc_z ? to_f32(*d) + v : v);
         }
     }
     dot = grms_warp_sum(dot) / (float)D;
     if (!d_o) return;
-    if (by8) {
-        for (int c = threadIdx.x * 8; c < D; c += 256) {
-            float zv[8], wv[8], gv[8], ov[8], d[8];
-            load8(zr + c, zv), load8(w + c, wv), load8(gr + c, gv), load8(orow + c, ov);
-            if (acc_o) load8(d_o + row * D + c, d);
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float g = gv[j] * wv[j] * zv[j] * grms_sigmoid(zv[j]);
-                const float v = r * (g - ov[j] * r * dot);
-                d[j] = acc_o ? d[j] + v : v;
-            }
-            store8(d_o + row * D + c, d);
-        }
-    } else {
-        for (int c = threadIdx.x; c < D; c += 32) {
-            float zc = to_f32(zr[c]);
-            float g = to_f32(gr[c]) * to_f32(w[c]) * zc * grms_sigmoid(zc);
-            float v = r * (g - to_f32(orow[c]) * r * dot);
-            T *dd = d_o + row * D + c;
-            *dd = from_f32<T>(acc_o ? to_f32(*dd) + v : v);
-        }
+    for (int c = threadIdx.x; c < D; c += 32) {
+        float zc = to_f32(zr[c]);
+        float g = to_f32(gr[c]) * to_f32(w[c]) * zc * grms_sigmoid(zc);
+        float v = r * (g - to_f32(orow[c]) * r * dot);
+        T *d = d_o + row * D + c;
+        *d = from_f32<T>(acc_o ? to_f32(*d) + v : v);
     }
 }
 
@@ -158,8 +105,7 @@ extern "C" void gated_rmsnorm_forward_cuda(DType dt, void *y, float *rstd, const
     dim3 block(32, GRMS_ROWS_PER_BLOCK);
     DISPATCH_F32_BF16(dt, "gated_rmsnorm",
                       grms_fwd_kernel<T><<<grms_row_blocks(rows), block, 0, (cudaStream_t)stream>>>(
-                          (T *)y, rstd, (const T *)o, (const T *)z, (const T *)w, rows, (int)D, (float)eps,
-                          rows_by8(D, y, o, z, w)));
+                          (T *)y, rstd, (const T *)o, (const T *)z, (const T *)w, rows, (int)D, (float)eps));
     KERNEL_CHECK();
 }
 
@@ -171,7 +117,7 @@ extern "C" void gated_rmsnorm_backward_oz_cuda(DType dt, void *d_o, void *dz, co
     DISPATCH_F32_BF16(dt, "gated_rmsnorm",
                       grms_bwd_oz_kernel<T><<<grms_row_blocks(rows), block, 0, (cudaStream_t)stream>>>(
                           (T *)d_o, (T *)dz, (const T *)dy, (const T *)o, (const T *)z, (const T *)w, rstd, rows,
-                          (int)D, acc_o, acc_z, rows_by8(D, d_o, dz, dy, o, z, w)));
+                          (int)D, acc_o, acc_z));
     KERNEL_CHECK();
 }
 
