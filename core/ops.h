@@ -20,7 +20,9 @@ Tensor *op_cast(Ctx *ctx, Tensor *a, DType dt);
 
 /* Matrix product over the last two dims, batched over the leading ones:
  * a [..., M, K] (or [..., K, M] with trans_a), b [..., K, N] (or [..., N, K] with trans_b).
- * b may also be 2-D and shared by every batch (a weight). cuBLAS(Lt) on CUDA. */
+ * b may also be 2-D and shared by every batch (a weight). cuBLAS(Lt) on CUDA. On CUDA a may be bf16
+ * against an f32 2-D b (bf16 activations times a master weight): a bf16 output and a gradient,
+ * and an f32 weight gradient. */
 Tensor *op_matmul(Ctx *ctx, Tensor *a, Tensor *b, bool trans_a, bool trans_b);
 /* bf16 autocast (CUDA) runs a linear layer's GEMMs on bf16 copies of the operands in scratch: the
  * weight whole, the rows in chunks of at most this many bytes (core/ops/matmul.c). */

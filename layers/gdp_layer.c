@@ -101,9 +101,10 @@ Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Ten
 
     Tensor *g = NULL;
     if (c->use_forget_gate) {
-        /* g = -exp(A_log) * softplus(a_proj x + dt_bias), float32 (the model's dtype here). */
+        /* g = -exp(A_log) * softplus(a_proj x + dt_bias) in the parameters' dtype: f32 also under
+         * bf16 activations, whose a_proj output is cast up for it. */
         Tensor *a = linear_forward_rows(ctx, xr, l->a_proj, x);
-        if (a->dtype != l->dt_bias->dtype) a = op_cast(ctx, a, l->dt_bias->dtype); /* the gate in f32 */
+        if (a->dtype != l->dt_bias->dtype) a = op_cast(ctx, a, l->dt_bias->dtype);
         a = op_add(ctx, a, l->dt_bias);
         Tensor *neg_A = op_scale(ctx, op_exp(ctx, l->A_log), -1.0);
         g = op_mul(ctx, op_softplus(ctx, a), neg_A);

@@ -38,15 +38,24 @@ static Tensor *add_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_add(ctx, a, b);
 }
 
-/* On CUDA in bf16: f32 a plus bf16 b of its shape (the mixed kernel); elsewhere plain. */
+/* On CUDA in bf16: f32 a plus bf16 b of its shape (the mixed kernel); elsewhere plain. Rows of 8:
+ * CUDA's 8-at-a-time loop (add_case's rows of 5 take the other). */
 static Tensor *add_bf16_to_f32_case(Ctx *ctx, DType dt, uint64_t seed) {
-    Tensor *a = gc_random(ctx, dt == GDP_BF16 ? GDP_F32 : dt, &seed, -1, 1, SHAPE(2, 3, 5));
-    Tensor *b = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 3, 5));
+    Tensor *a = gc_random(ctx, dt == GDP_BF16 ? GDP_F32 : dt, &seed, -1, 1, SHAPE(2, 3, 8));
+    Tensor *b = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 3, 8));
+    return op_add(ctx, a, b);
+}
+
+/* b broadcast with rows of 8 (the 8-at-a-time loop's modulo). */
+static Tensor *add_by8_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *a = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 3, 8));
+    Tensor *b = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 8));
     return op_add(ctx, a, b);
 }
 
 const OpDef op_add_def = {"add", add_forward, add_backward, add_case, 0, 0};
 const OpDef op_add_bf16_to_f32_def = {"add_bf16_to_f32", add_forward, add_backward, add_bf16_to_f32_case, 0, 0};
+const OpDef op_add_by8_def = {"add_by8", add_forward, add_backward, add_by8_case, 0, 0};
 
 Tensor *op_add(Ctx *ctx, Tensor *a, Tensor *b) {
     op_check_float("add", "a", a, ctx->device);
