@@ -685,6 +685,7 @@ static void on_train_opt(const CliOpt *opt, const char *v, void *user) {
         if (strcmp(v, "bf16") && strcmp(v, "f32"))
             cli_usage_error(&train_cmd, "--activations '%s': use bf16 or f32", v);
         o->f32_activations = !strcmp(v, "f32");
+        o->activations_given = true;
     } else if (!strcmp(n, "bf16-gemm")) {
         if (strcmp(v, "inside") && strcmp(v, "copies"))
             cli_usage_error(&train_cmd, "--bf16-gemm '%s': use inside or copies", v);
@@ -719,6 +720,9 @@ int cmd_train(int argc, char **argv) {
     }
     if (o.autocast && !strcmp(o.autocast, "bf16") && !strcmp(o.device, "cpu"))
         cli_usage_error(&train_cmd, "--autocast bf16 needs --device cuda (the cpu trains in f32)");
+    if (o.activations_given && (!strcmp(o.device, "cpu") || (o.autocast && !strcmp(o.autocast, "off"))))
+        cli_usage_error(&train_cmd, "--activations chooses the activation dtype under bf16 autocast on cuda; with "
+                                    "--device cpu or --autocast off everything is f32: drop it");
     if (o.warmup >= o.steps && o.schedule != LR_CONSTANT)
         cli_usage_error(&train_cmd, "--warmup %lld must be below --steps %lld", (long long)o.warmup, (long long)o.steps);
     if (o.out) mkdir_p(o.out);

@@ -58,6 +58,7 @@ typedef struct TrainOptions {
     bool selective_recompute; /* --selective-recompute: the MLP halves and q/k conv + norm only */
     const char *autocast;    /* "bf16", "off", or NULL/"auto": bf16 on cuda, off on cpu */
     bool f32_activations;    /* --activations f32: autocast keeps f32 activations (bf16 GEMMs and GDP op only) */
+    bool activations_given;  /* --activations was on the command line (it needs bf16 autocast) */
     bool bf16_gemm_copies;   /* f32 activations under autocast: linear GEMMs on bf16 operand copies (default;
                               * --bf16-gemm inside lets cuBLAS round the f32 operands) */
     int64_t act_mem_mb, grad_mem_mb, scratch_mem_mb, persist_mem_mb; /* 0: estimated */

@@ -52,6 +52,8 @@ grep -q "gated_deltaproduct" "$TMP/out" && grep -q "(clip + adamw)" "$TMP/out" &
 expect_exit 2 "out of range" "negative --bucket-mb" "$GDP" train --data "$T" --bucket-mb -1
 expect_exit 2 "use inside or copies" "bad --bf16-gemm" "$GDP" train --data "$T" --bf16-gemm fast
 expect_exit 2 "use bf16 or f32" "bad --activations" "$GDP" train --data "$T" --activations f16
+expect_exit 2 "under bf16 autocast on cuda" "--activations on the cpu" "$GDP" train --data "$T" --device cpu \
+    --activations bf16
 expect_exit 0 "done: 2 steps" "train --recompute" "$GDP" train --data "$T" --steps 2 --batch 2 --seq 16 --recompute \
     --eval-every 0
 expect_exit 0 "with selective recomputation" "train --selective-recompute" "$GDP" train --data "$T" --steps 2 --batch 2 \
