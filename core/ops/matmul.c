@@ -53,6 +53,16 @@ static void gemm_bf16(Ctx *ctx, float *c, const void *a, const void *b, int64_t 
     matmul_cuda_ex(GDP_BF16, MATMUL_BF16_F32_OUT, ctx->cuda->cublas, c, a, b, 1, m, n, k, ta, tb, 0, 0, 0, acc);
 }
 
+/* dB (+)= op(A)^T dC into the f32 weight gradient from bf16 rows of A and dC ([rows, K], [rows, N]);
+ * B is [K, N], or [N, K] with tb. */
+static void weight_grad_bf16(Ctx *ctx, float *db, const void *a, const void *dc, int64_t rows, int64_t n, int64_t k,
+                             int tb, int acc) {
+    if (!tb)
+        gemm_bf16(ctx, db, a, dc, k, n, rows, 1, 0, acc);
+    else
+        gemm_bf16(ctx, db, dc, a, n, k, rows, 1, 0, acc);
+}
+
 static void autocast_rows_forward(Ctx *ctx, Tensor *a, Tensor *b, Tensor *c, int64_t rows, int64_t n, int64_t k,
                                   int tb) {
     size_t mark = arena_mark(&ctx->scratch);
@@ -85,11 +95,7 @@ static void autocast_rows_backward(Ctx *ctx, Tensor *a, Tensor *b, const Tensor 
             gemm_bf16(ctx, (float *)da->data + r0 * k, dcb, wb, r, k, n, 0, !tb, acc_a);
         if (db) { /* dB summed over the chunks in row order, into the f32 gradient */
             const void *ab = bf16_copy(ctx, (const float *)a->data + r0 * k, r * k);
-            const int acc = acc_b || r0 > 0;
-            if (!tb) /* dB [K, N] = A^T dC */
-                gemm_bf16(ctx, (float *)db->data, ab, dcb, k, n, r, 1, 0, acc);
-            else /* B stored [N, K]: dB = dC^T A */
-                gemm_bf16(ctx, (float *)db->data, dcb, ab, n, k, r, 1, 0, acc);
+            weight_grad_bf16(ctx, (float *)db->data, ab, dcb, r, n, k, tb, acc_b || r0 > 0);
         }
         arena_rewind(&ctx->scratch, chunk);
     }
@@ -123,10 +129,7 @@ static void bf16_rows_backward(Ctx *ctx, Tensor *a, Tensor *b, const Tensor *dc,
     }
     if (b->requires_grad) {
         Tensor *db = grad_dest(ctx, b, &acc_b);
-        if (!tb) /* dB [K, N] = A^T dC */
-            gemm_bf16(ctx, (float *)db->data, a->data, dc->data, k, n, rows, 1, 0, acc_b);
-        else /* B stored [N, K]: dB = dC^T A */
-            gemm_bf16(ctx, (float *)db->data, dc->data, a->data, n, k, rows, 1, 0, acc_b);
+        weight_grad_bf16(ctx, (float *)db->data, a->data, dc->data, rows, n, k, tb, acc_b);
     }
 }
 #endif
