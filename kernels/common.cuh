@@ -20,6 +20,13 @@ static inline unsigned int grid_for(long long n, int block) {
     return (unsigned int)(g < 1 ? 1 : g);
 }
 
+/* The logistic function without overflow for large |x| (op_sigmoid, SiLU, SwiGLU, gates). */
+__device__ __forceinline__ float sigmoid_f32(float x) {
+    if (x >= 0.f) return 1.f / (1.f + expf(-x));
+    const float e = expf(x);
+    return e / (1.f + e);
+}
+
 /* Runs body(T) with T = float or __nv_bfloat16 according to a DType; anything else is fatal. */
 #define DISPATCH_F32_BF16(dt, opname, ...)                                                     \
     do {                                                                                       \

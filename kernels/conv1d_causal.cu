@@ -18,12 +18,6 @@
  * 8 and 16 cost the backward occupancy (registers) and were slower. */
 #define CONV_STEPS 4
 
-__device__ __forceinline__ float conv_sigmoid(float v) { /* as op_silu's (kernels/pointwise.cu) */
-    if (v >= 0.f) return 1.f / (1.f + expf(-v));
-    float e = expf(v);
-    return e / (1.f + e);
-}
-
 /* The thread's taps, right-aligned (zeros first), and its x window of the step before t0:
  * xw[j] = x[t0 - KW + j] (zero before t = 0, and where the first step shifts it under a zero tap or
  * out of the window). */
@@ -78,7 +72,7 @@ __global__ void __launch_bounds__(CONV_BLOCK)
             if (t + k < t1) {
                 conv_shift_in(xw, xv[k]);
                 const float pre = conv_dot(wr, xw);
-                yc[o + (I)k * C] = from_f32<T>(silu ? pre * conv_sigmoid(pre) : pre);
+                yc[o + (I)k * C] = from_f32<T>(silu ? pre * sigmoid_f32(pre) : pre);
             }
     }
 }
@@ -122,7 +116,7 @@ __global__ void __launch_bounds__(CONV_BLOCK)
             conv_shift_in(xw, xv[k]);
             float g = gv[k];
             if (silu && uk < u_in) {
-                const float pre = conv_dot(wr, xw), s = conv_sigmoid(pre);
+                const float pre = conv_dot(wr, xw), s = sigmoid_f32(pre);
                 g *= s * (1.f + pre * (1.f - s));
             }
             if (partial && uk < t1)

@@ -4,12 +4,6 @@
 
 #define DECODE_CONV_MAX_W 8
 
-static __device__ __forceinline__ float ds_sigmoid(float x) {
-    if (x >= 0.f) return 1.f / (1.f + expf(-x));
-    const float e = expf(x);
-    return e / (1.f + e);
-}
-
 __global__ void decode_conv_silu_kernel(float *y, float *cache, const float *x, const float *w, long long C, int W) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < C; c += stride) {
@@ -25,7 +19,7 @@ __global__ void decode_conv_silu_kernel(float *y, float *cache, const float *x, 
         } else {
             acc = xc;
         }
-        y[c] = acc * ds_sigmoid(acc);
+        y[c] = acc * sigmoid_f32(acc);
     }
 }
 

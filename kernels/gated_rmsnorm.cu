@@ -9,12 +9,6 @@ static __device__ __forceinline__ float grms_warp_sum(float v) {
     return v;
 }
 
-static __device__ __forceinline__ float grms_sigmoid(float x) {
-    if (x >= 0.f) return 1.f / (1.f + expf(-x));
-    float e = expf(x);
-    return e / (1.f + e);
-}
-
 template <typename T>
 __global__ void grms_fwd_kernel(T *y, float *rstd, const T *o, const T *z, const T *w, long long rows, int D,
                                 float eps) {
@@ -30,7 +24,7 @@ __global__ void grms_fwd_kernel(T *y, float *rstd, const T *o, const T *z, const
     if (threadIdx.x == 0) rstd[row] = r;
     for (int c = threadIdx.x; c < D; c += 32) {
         float zc = to_f32(zr[c]);
-        y[row * D + c] = from_f32<T>(to_f32(orow[c]) * r * to_f32(w[c]) * zc * grms_sigmoid(zc));
+        y[row * D + c] = from_f32<T>(to_f32(orow[c]) * r * to_f32(w[c]) * zc * sigmoid_f32(zc));
     }
 }
 
@@ -44,7 +38,7 @@ __global__ void grms_bwd_oz_kernel(T *d_o, T *dz, const T *dy, const T *o, const
     const T *orow = o + row * D, *zr = z + row * D, *gr = dy + row * D;
     float r = rstd[row], dot = 0.f;
     for (int c = threadIdx.x; c < D; c += 32) {
-        float zc = to_f32(zr[c]), s = grms_sigmoid(zc), wc = to_f32(w[c]), gy = to_f32(gr[c]);
+        float zc = to_f32(zr[c]), s = sigmoid_f32(zc), wc = to_f32(w[c]), gy = to_f32(gr[c]);
         float oh = to_f32(orow[c]) * r;
         dot += gy * wc * zc * s * oh;
         if (dz) {
@@ -57,7 +51,7 @@ __global__ void grms_bwd_oz_kernel(T *d_o, T *dz, const T *dy, const T *o, const
     if (!d_o) return;
     for (int c = threadIdx.x; c < D; c += 32) {
         float zc = to_f32(zr[c]);
-        float g = to_f32(gr[c]) * to_f32(w[c]) * zc * grms_sigmoid(zc);
+        float g = to_f32(gr[c]) * to_f32(w[c]) * zc * sigmoid_f32(zc);
         float v = r * (g - to_f32(orow[c]) * r * dot);
         T *d = d_o + row * D + c;
         *d = from_f32<T>(acc_o ? to_f32(*d) + v : v);
@@ -75,7 +69,7 @@ __global__ void grms_dw_partial_kernel(float *partial, const T *dy, const T *o, 
     if (c < D)
         for (long long r = r0 + threadIdx.y; r < r1; r += 8) {
             float zc = to_f32(z[r * D + c]);
-            s += to_f32(dy[r * D + c]) * to_f32(o[r * D + c]) * rstd[r] * zc * grms_sigmoid(zc);
+            s += to_f32(dy[r * D + c]) * to_f32(o[r * D + c]) * rstd[r] * zc * sigmoid_f32(zc);
         }
     part[threadIdx.y][threadIdx.x] = s;
     __syncthreads();

@@ -2,16 +2,10 @@
 #include "kernels/common.cuh"
 #include "kernels/pointwise.h"
 
-__device__ __forceinline__ float pw_sigmoid(float x) {
-    if (x >= 0.f) return 1.f / (1.f + expf(-x));
-    float e = expf(x);
-    return e / (1.f + e);
-}
-
 __device__ __forceinline__ float pw_f(PointwiseFn fn, float x) {
     switch (fn) {
-    case PW_SILU: return x * pw_sigmoid(x);
-    case PW_SIGMOID: return pw_sigmoid(x);
+    case PW_SILU: return x * sigmoid_f32(x);
+    case PW_SIGMOID: return sigmoid_f32(x);
     case PW_SOFTPLUS: return fmaxf(x, 0.f) + log1pf(expf(-fabsf(x)));
     case PW_EXP: return expf(x);
     }
@@ -21,9 +15,9 @@ __device__ __forceinline__ float pw_f(PointwiseFn fn, float x) {
 __device__ __forceinline__ float pw_df(PointwiseFn fn, float x) {
     float s;
     switch (fn) {
-    case PW_SILU: s = pw_sigmoid(x); return s * (1.f + x * (1.f - s));
-    case PW_SIGMOID: s = pw_sigmoid(x); return s * (1.f - s);
-    case PW_SOFTPLUS: return pw_sigmoid(x);
+    case PW_SILU: s = sigmoid_f32(x); return s * (1.f + x * (1.f - s));
+    case PW_SIGMOID: s = sigmoid_f32(x); return s * (1.f - s);
+    case PW_SOFTPLUS: return sigmoid_f32(x);
     case PW_EXP: return expf(x);
     }
     return 0.f;

@@ -2,17 +2,11 @@
 #include "kernels/common.cuh"
 #include "kernels/swiglu.h"
 
-__device__ __forceinline__ float swiglu_sigmoid(float x) {
-    if (x >= 0.f) return 1.f / (1.f + expf(-x));
-    float e = expf(x);
-    return e / (1.f + e);
-}
-
 template <typename T>
 __global__ void swiglu_fwd_kernel(T *y, const T *a, const T *b, long long n) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         float av = to_f32(a[i]);
-        y[i] = from_f32<T>(av * swiglu_sigmoid(av) * to_f32(b[i]));
+        y[i] = from_f32<T>(av * sigmoid_f32(av) * to_f32(b[i]));
     }
 }
 
@@ -20,7 +14,7 @@ template <typename T>
 __global__ void swiglu_bwd_kernel(T *da, T *db, const T *dy, const T *a, const T *b, long long n, int acc_a,
                                   int acc_b) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        float av = to_f32(a[i]), g = to_f32(dy[i]), s = swiglu_sigmoid(av);
+        float av = to_f32(a[i]), g = to_f32(dy[i]), s = sigmoid_f32(av);
         if (da) {
             float v = g * to_f32(b[i]) * s * (1.f + av * (1.f - s));
             da[i] = from_f32<T>(acc_a ? to_f32(da[i]) + v : v);
@@ -42,7 +36,7 @@ __global__ void swiglu_fwd_packed_kernel(Pack16<T> *y, const Pack16<T> *a, const
 #pragma unroll
         for (int j = 0; j < Pack16<T>::N; j++) {
             const float x = to_f32(av.v[j]);
-            yv.v[j] = from_f32<T>(x * swiglu_sigmoid(x) * to_f32(bv.v[j]));
+            yv.v[j] = from_f32<T>(x * sigmoid_f32(x) * to_f32(bv.v[j]));
         }
         y[p] = yv;
     }
@@ -59,7 +53,7 @@ __global__ void swiglu_bwd_packed_kernel(Pack16<T> *da, Pack16<T> *db, const Pac
         if (db && acc_b) dbv = db[p];
 #pragma unroll
         for (int j = 0; j < Pack16<T>::N; j++) {
-            const float x = to_f32(av.v[j]), g = to_f32(gv.v[j]), s = swiglu_sigmoid(x);
+            const float x = to_f32(av.v[j]), g = to_f32(gv.v[j]), s = sigmoid_f32(x);
             const float va = g * to_f32(bv.v[j]) * s * (1.f + x * (1.f - s)), vb = g * x * s;
             dav.v[j] = from_f32<T>(acc_a ? to_f32(dav.v[j]) + va : va);
             dbv.v[j] = from_f32<T>(acc_b ? to_f32(dbv.v[j]) + vb : vb);
