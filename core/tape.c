@@ -153,22 +153,24 @@ typedef struct CheckpointCall {
     const void *user;
 } CheckpointCall;
 
-static void checkpoint_same_shape(const Tensor *x, const Tensor *r) {
+/* fn on x, recording nodes or not; its result must look like x (shape and dtype). */
+static Tensor *checkpoint_call(Ctx *ctx, const CheckpointCall *call, Tensor *x, bool record) {
     char a[TENSOR_DESC_LEN], b[TENSOR_DESC_LEN];
+    const bool grad = ctx->grad_enabled;
+    ctx->grad_enabled = record;
+    Tensor *r = call->fn(ctx, call->user, x);
+    ctx->grad_enabled = grad;
     GDP_CHECK(r && tensor_same_shape(r, x) && r->dtype == x->dtype,
               "op 'checkpoint': the function must return a tensor like its input %s, got %s",
               tensor_describe(x, a, sizeof a), r ? tensor_describe(r, b, sizeof b) : "NULL");
+    return r;
 }
 
 static void checkpoint_forward(Ctx *ctx, Node *n) {
     const CheckpointCall *call = (const CheckpointCall *)n->attr[0].p;
     Tensor *x = n->in[0], *y = n->out[0];
     size_t acts = arena_mark(&ctx->acts), meta = arena_mark(&ctx->step_meta);
-    bool grad = ctx->grad_enabled;
-    ctx->grad_enabled = false;
-    Tensor *r = call->fn(ctx, call->user, x);
-    ctx->grad_enabled = grad;
-    checkpoint_same_shape(x, r);
+    Tensor *r = checkpoint_call(ctx, call, x, false);
     op_copy_or_accumulate(ctx, y, r, false);
     /* Stream order: whatever reuses this memory next runs after the copy. */
     arena_rewind(&ctx->acts, acts);
@@ -187,11 +189,7 @@ static void checkpoint_backward(Ctx *ctx, Node *n) {
     const int first = tape->n;
     Tensor *xin = tensor_view(ctx, x, x->ndim, x->shape, x->stride, 0); /* a fresh leaf */
     xin->requires_grad = true;
-    bool grad = ctx->grad_enabled;
-    ctx->grad_enabled = true;
-    Tensor *r = call->fn(ctx, call->user, xin);
-    ctx->grad_enabled = grad;
-    checkpoint_same_shape(x, r);
+    Tensor *r = checkpoint_call(ctx, call, xin, true);
     GDP_CHECK(r->requires_grad && r->recorded, "op 'checkpoint': the function's output does not depend on its input");
     for (int i = first; i < tape->n; i++) /* leaves other than x keep gradients only in persist */
         for (int j = 0; j < tape->nodes[i].n_in; j++) {
