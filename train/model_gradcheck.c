@@ -94,7 +94,8 @@ double model_vs_cpu(const ModelConfig *cfg, int B, int T, uint64_t seed, Device 
         if ((a.group + 1) * GROUP_SIZE >= a.n_params) break;
     }
     out->rms = out->n_checked ? sqrt(sum_sq / out->n_checked) : NAN;
-    return out->n_checked == a.n_params ? out->worst : NAN; /* a parameter off the tape has no gradient path */
+    if (out->n_checked != a.n_params) out->worst = NAN; /* a parameter off the tape has no gradient path */
+    return out->worst;
 }
 
 int model_gradcheck_preset(const char *preset, uint64_t seed, bool verbose, int *n_checked) {

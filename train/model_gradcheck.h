@@ -22,7 +22,7 @@ typedef enum ModelPrecision {
 } ModelPrecision;
 
 typedef struct ModelVsCpu {
-    double worst, rms;   /* over the parameters' gradient rel L2 errors */
+    double worst, rms;   /* over the parameters' gradient rel L2 errors; worst NAN when one had none */
     char worst_label[64]; /* whose gradient is worst */
     double loss_rel_err;
     int n_checked;
