@@ -56,7 +56,6 @@ static void ce_backward(Ctx *ctx, Node *n) {
                                               x->shape[0], x->shape[1], acc, ctx_stream(ctx)));
 }
 
-/* 6 rows over 7 classes, one ignored row. */
 /* 6 rows of v classes, one target ignored: v = 7 takes CUDA's one-logit-a-thread loops, v = 40
  * the 8-at-a-time ones. */
 static Tensor *ce_case_v(Ctx *ctx, DType dt, uint64_t seed, int64_t v) {

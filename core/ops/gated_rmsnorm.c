@@ -50,14 +50,17 @@ static void gated_rmsnorm_backward(Ctx *ctx, Node *n) {
     }
 }
 
-/* D = 16: CUDA's kernels take 8 columns a lane; D = 12 (the odd case): one at a time. */
+/* Rows of D = 16, and of D = 12 (a length that is no multiple of 8, for row kernels that might
+ * take columns in groups). */
 static Tensor *gated_rmsnorm_case_d(Ctx *ctx, DType dt, uint64_t seed, int64_t D) {
     Tensor *o = gc_random(ctx, dt, &seed, -1, 1, SHAPE(2, 3, D));
     Tensor *z = gc_random(ctx, dt, &seed, -3, 3, SHAPE(2, 3, D));
     Tensor *w = gc_random(ctx, dt, &seed, 0.5, 1.5, SHAPE(D));
     return op_gated_rmsnorm(ctx, o, z, w, 1e-5);
 }
-static Tensor *gated_rmsnorm_case(Ctx *ctx, DType dt, uint64_t seed) { return gated_rmsnorm_case_d(ctx, dt, seed, 16); }
+static Tensor *gated_rmsnorm_case(Ctx *ctx, DType dt, uint64_t seed) {
+    return gated_rmsnorm_case_d(ctx, dt, seed, 16);
+}
 static Tensor *gated_rmsnorm_odd_case(Ctx *ctx, DType dt, uint64_t seed) {
     return gated_rmsnorm_case_d(ctx, dt, seed, 12);
 }

@@ -13,8 +13,8 @@ static void rmsnorm_forward(Ctx *ctx, Node *n) {
     if (ctx->device == DEV_CPU)
         rmsnorm_forward_cpu(x->dtype, y->data, rstd->data, x->data, wd, rows, C, n->attr[0].f);
     else
-        CUDA_ONLY(rmsnorm_forward_cuda(x->dtype, y->dtype, y->data, (float *)rstd->data, x->data, wd, rows, C, n->attr[0].f,
-                                       ctx_stream(ctx)));
+        CUDA_ONLY(rmsnorm_forward_cuda(x->dtype, y->dtype, y->data, (float *)rstd->data, x->data, wd, rows, C,
+                                       n->attr[0].f, ctx_stream(ctx)));
 }
 
 static void rmsnorm_backward(Ctx *ctx, Node *n) {
@@ -27,8 +27,8 @@ static void rmsnorm_backward(Ctx *ctx, Node *n) {
         if (ctx->device == DEV_CPU)
             rmsnorm_backward_dx_cpu(x->dtype, dx->data, dy->data, x->data, wd, rstd->data, rows, C, acc);
         else
-            CUDA_ONLY(rmsnorm_backward_dx_cuda(x->dtype, dy->dtype, dx->data, dy->data, x->data, wd, (const float *)rstd->data,
-                                               rows, C, acc, ctx_stream(ctx)));
+            CUDA_ONLY(rmsnorm_backward_dx_cuda(x->dtype, dy->dtype, dx->data, dy->data, x->data, wd,
+                                               (const float *)rstd->data, rows, C, acc, ctx_stream(ctx)));
     }
     if (w && w->requires_grad) {
         Tensor *dw = grad_dest(ctx, w, &acc);
