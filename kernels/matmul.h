@@ -11,7 +11,8 @@
  * operands to bf16 for the tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF: fp32 accumulation and fp32
  * output); that path reads f32 and ran at a third to a half of the bf16 rate on the H200 (`gdp bench
  * matmul`). MATMUL_BF16_F32_OUT takes bf16 A and B and writes (or accumulates into) an f32 C, at the
- * bf16 rate: autocast casts the operands to bf16 first (core/ops/matmul.c). */
+ * bf16 rate: the weight gradients under bf16 activations, and every GEMM of the f32-activation
+ * operand copies (core/ops/matmul.c). */
 #pragma once
 #include <stdint.h>
 

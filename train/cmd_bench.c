@@ -34,10 +34,13 @@ static const CliOpt bench_opts[] = {
     {"tokens", 0, "N", "matmul: rows of the activations, B*T (default 16384)"},
 };
 static const CliCommand bench_cmd = {
-    "bench", "gdp bench op [--B N --T N --H N --K N --V N --n 1,2,3 --mode householder|split --dtype bf16|f32 --iters N]",
-    "Times the Gated DeltaProduct op on the GPU: forward and forward+backward in ms (median of --iters\n"
+    "bench", "gdp bench op [--B N --T N --H N --K N --V N --n 1,2,3 --mode householder|split --dtype bf16|f32 "
+             "--iters N] | gdp bench matmul [--tokens N --iters N]",
+    "op: times the Gated DeltaProduct op on the GPU: forward and forward+backward in ms (median of --iters\n"
     "runs timed with CUDA events after --warmup runs), TFLOP/s with FLOPs counted as fla-study §6, and\n"
-    "the ratio to the floor max(FLOPs / 709 TFLOP/s, minimum bytes / 4.2 TB/s). Gate on, no h0/ht.",
+    "the ratio to the floor max(FLOPs / 709 TFLOP/s, minimum bytes / 4.2 TB/s). Gate on, no h0/ht.\n"
+    "matmul: times the base preset's linear-layer GEMMs (y, dx, dW) over --tokens rows, with f32 operands\n"
+    "rounded inside cuBLAS, bf16 operands and outputs, and bf16 operands with f32 outputs.",
     bench_opts, (int)GDP_ARRAY_LEN(bench_opts)};
 
 typedef struct BenchArgs {
@@ -307,7 +310,8 @@ static int bench_matmul_run(const BenchArgs *a) {
         const int64_t K = shapes[si].in, N = shapes[si].out;
         const double fl = 2.0 * (double)M * N * K;
         for (int v = 0; v < 3; v++) {
-            /* 0: training before the bf16 GEMMs; 1: all bf16; 2: what autocast runs now */
+            /* 0: cuBLAS rounding f32 operands; 1: bf16 activations' y and dx; 2: their dW, and every
+             * GEMM of the f32-activation copies */
             const DType in = v ? GDP_BF16 : GDP_F32, out = v == 1 ? GDP_BF16 : GDP_F32;
             const MatmulCompute mc = v == 0 ? MATMUL_BF16_INPUTS : v == 1 ? MATMUL_EXACT : MATMUL_BF16_F32_OUT;
             void *x = bench_buffer(M * K, in, 0, 0, pool, 1 << 20, 11), *w = bench_buffer(N * K, in, 0, 0, pool, 1 << 20, 12);
