@@ -16,6 +16,8 @@
  *          7 bwd_b    per chunk: WY backward through T (dX = T^T dW, dA = -T^T dT T^T), dk, dv,
  *                     dbeta, dg (reverse cumsum in the chunk), per-chunk dmask
  *          8 dmask    fixed-order sum of the per-chunk mask gradients
+ * bf16 with K 64 or 128 runs passes 3 and 5 through k_state_fast / k_dh_fast (sizes fixed at
+ * compile time, same products in the same order); everything else through the generic kernels.
  * Every gradient element is written by exactly one thread (no atomics); reductions run in a fixed
  * order, so results are deterministic. Exponentials are taken only of differences G_i - G_j with
  * j not after i, selected before exp. */
@@ -881,6 +883,281 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_dh(Params P
         });
 }
 
+/* ---------------------------------------------------------------- 3b/5b. sequential passes, bf16 fast path */
+/* k_state (unfused: h and Delta stored) and k_dh again with every size fixed at compile time:
+ * KP in {64, 128}, a V tile of BV in {32, 64} columns, CTP (padded tokens per chunk) in
+ * {16, 32, 64}. ncu (H 6, n 2) showed the generic k_state issue-bound (an instruction every 2.4
+ * cycles per scheduler, 7 cycles a warp) with 18% occupancy: runtime tile loops, per-element
+ * lambdas and divisions in the copy loops cost more than the products. Here the products unroll
+ * (ldmatrix + mma.sync, as gdp_mma.cuh), the copy offsets are shifts, and each step has two
+ * barriers. The same products in the same order as the generic kernels, so the same roundings. */
+typedef __nv_bfloat16 bf16_t;
+
+/* Warp tiles of a 64 x BV product (4 row tiles, two warps a row tile) and of a KP x BV one
+ * (KP/16 row tiles; with KP 64 two warps a row tile). */
+template <int KP, int BV> struct SeqTiles {
+    static constexpr int NT1 = BV / 16;                                /* n8 tiles a warp, 64 x BV */
+    static constexpr int MT2 = KP / 16, WN2 = 8 / MT2, NT2 = BV / 8 / WN2; /* KP x BV */
+    int m1, n1, m2, n2;
+    __device__ __forceinline__ SeqTiles() {
+        const int warp = threadIdx.x >> 5;
+        m1 = (warp & 3) * 16;
+        n1 = (warp >> 2) * (BV / 2);
+        m2 = (warp % MT2) * 16;
+        n2 = (warp / MT2) * (BV / WN2);
+    }
+};
+
+/* f(r, c, v&) for every element of a warp's 16 x 8*NT fragment at (m0, n0) (the mma C layout) */
+template <int NT, class F> __device__ __forceinline__ void frag_each(float (&acc)[NT][4], int m0, int n0, F f) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) f(m0 + g + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1), acc[nt][e]);
+}
+/* the fragment, rounded to bf16 pairs, into a row-major shared tile */
+template <int NT>
+__device__ __forceinline__ void frag_to_smem(const float (&acc)[NT][4], bf16_t *s, int lds, int m0, int n0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++)
+            *(__nv_bfloat162 *)(s + (m0 + g + hh * 8) * lds + n0 + nt * 8 + 2 * tq) =
+                __floats2bfloat162_rn(acc[nt][hh * 2], acc[nt][hh * 2 + 1]);
+}
+/* a K x V fp32 state (h0, dht; NULL: zeros) into the fragment; and the fragment back out (ht, dh0) */
+template <int NT>
+__device__ __forceinline__ void frag_load_state(float (&acc)[NT][4], const float *src, const Params &P, int64_t st0,
+                                                int v0, int m0, int n0) {
+    frag_each(acc, m0, n0, [&](int r, int c, float &v) {
+        v = src && r < P.K && v0 + c < P.V ? src[st0 + (int64_t)r * P.V + v0 + c] : 0.f;
+    });
+}
+template <int NT>
+__device__ __forceinline__ void frag_store_state(float (&acc)[NT][4], float *dst, const Params &P, int64_t st0, int v0,
+                                                 int m0, int n0) {
+    if (dst)
+        frag_each(acc, m0, n0, [&](int r, int c, float &v) {
+            if (r < P.K && v0 + c < P.V) dst[st0 + (int64_t)r * P.V + v0 + c] = v;
+        });
+}
+
+/* acc[NT][4] += A (16 rows at m0, KD deep) x B (KD x 8*NT at n0). A: row-major [m][k] (AT false) or
+ * stored transposed as [k][m] (AT true); B always stored [k][n] (row-major). */
+template <int NT, bool AT>
+__device__ __forceinline__ void warp_mma(float (&acc)[NT][4], const bf16_t *A, int lda, const bf16_t *B, int ldb,
+                                         int kd, int m0, int n0) {
+    const int lane = threadIdx.x & 31, mi = lane >> 3, lr = lane & 7;
+#pragma unroll 4
+    for (int k0 = 0; k0 < kd; k0 += 16) {
+        uint32_t a[4];
+        if (AT)
+            ldsm_x4_t(a[0], a[1], a[2], a[3], A + (k0 + (mi >> 1) * 8 + lr) * lda + m0 + (mi & 1) * 8);
+        else
+            ldsm_x4(a[0], a[1], a[2], a[3], A + (m0 + lr + (mi & 1) * 8) * lda + k0 + (mi >> 1) * 8);
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t b[4];
+            ldsm_x4_t(b[0], b[1], b[2], b[3], B + (k0 + (mi & 1) * 8 + lr) * ldb + n0 + np * 16 + (mi >> 1) * 8);
+            mma_bf16(acc[np * 2], a[0], a[1], a[2], a[3], b[0], b[1]);
+            mma_bf16(acc[np * 2 + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
+        }
+    }
+}
+
+/* f(r, c) for each 8-element (16-byte) piece of a ROWS x COLS bf16 tile, spread over the block */
+template <int ROWS, int COLS, class F> __device__ __forceinline__ void for_pieces16(F f) {
+    constexpr int CPR = COLS / 8, N = ROWS * CPR;
+#pragma unroll
+    for (int i = 0; i < (N + NTHREADS - 1) / NTHREADS; i++) {
+        const int e = threadIdx.x + i * NTHREADS;
+        if (N % NTHREADS == 0 || e < N) f(e / CPR, (e % CPR) * 8);
+    }
+}
+/* shared -> global with 16-byte moves; xor_mask 0x80008000 negates (flips the sign bits) */
+template <int ROWS, int COLS>
+__device__ __forceinline__ void store_tile16(bf16_t *g, int64_t ldg, const bf16_t *s, int lds, uint32_t xor_mask = 0) {
+    for_pieces16<ROWS, COLS>([&](int r, int c) {
+        uint4 u = *(const uint4 *)(s + r * lds + c);
+        u.x ^= xor_mask, u.y ^= xor_mask, u.z ^= xor_mask, u.w ^= xor_mask;
+        *(uint4 *)(g + r * ldg + c) = u;
+    });
+}
+/* global -> shared by cp.async */
+template <int ROWS, int COLS> __device__ __forceinline__ void cp_tile16(bf16_t *s, int lds, const bf16_t *g, int64_t ldg) {
+    for_pieces16<ROWS, COLS>([&](int r, int c) { cp_async16(s + r * lds + c, g + r * ldg + c); });
+}
+/* CTP token rows (stride row_stride) by cp.async; rows t >= ct become zeros */
+template <int CTP, int COLS>
+__device__ __forceinline__ void cp_token_rows(bf16_t *s, int lds, const bf16_t *g, int64_t row_stride, int ct) {
+    for_pieces16<CTP, COLS>([&](int t, int c) {
+        if (t < ct)
+            cp_async16(s + t * lds + c, g + t * row_stride + c);
+        else
+            *(uint4 *)(s + t * lds + c) = make_uint4(0, 0, 0, 0);
+    });
+}
+
+template <int KP, int BV> struct StateFastSmem {
+    static constexpr int LDK = KP + 8, LDS = BV + 8;
+    static constexpr size_t STAGE = 256 + 2 * (size_t)64 * LDK * 2 + (size_t)64 * LDS * 2;
+    static constexpr size_t bytes(int ns) { return ns * STAGE + (size_t)KP * LDS * 2; }
+};
+
+template <int KP, int BV, int NS> __global__ void __launch_bounds__(NTHREADS, 2) k_state_fast(Params P) {
+    using SM = StateFastSmem<KP, BV>;
+    using TL = SeqTiles<KP, BV>;
+    constexpr int LDK = SM::LDK, LDS = SM::LDS;
+    extern __shared__ __align__(16) char smem[];
+    const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H;
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const TL tl;
+    bf16_t *Sop = (bf16_t *)(smem + NS * SM::STAGE);
+    auto Gb = [&](int b) { return (float *)(smem + b * SM::STAGE); };
+    auto Wb = [&](int b) { return (bf16_t *)(smem + b * SM::STAGE + 256); };
+    auto Kb = [&](int b) { return Wb(b) + 64 * LDK; };
+    auto Ub = [&](int b) { return Wb(b) + 2 * 64 * LDK; };
+    const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
+    float S[TL::NT2][4];
+    frag_load_state(S, P.h0, P, st0, v0, tl.m2, tl.n2);
+    frag_to_smem(S, Sop, LDS, tl.m2, tl.n2);
+    const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
+    auto prefetch = [&](int ci, int b) {
+        const int64_t ch = (int64_t)ci * P.H + h;
+        if (threadIdx.x < 16) cp_async16(Gb(b) + threadIdx.x * 4, P.G + ch * GDP_CHUNK + threadIdx.x * 4);
+        cp_tile16<64, KP>(Wb(b), LDK, (const bf16_t *)P.W + ch * P.sW, KP);
+        cp_tile16<64, KP>(Kb(b), LDK, (const bf16_t *)P.Kwd + ch * P.sW, KP);
+        cp_tile16<64, BV>(Ub(b), LDS, (const bf16_t *)P.U + ch * P.sU + v0, P.VP);
+    };
+#pragma unroll
+    for (int i = 0; i < NS - 1; i++) {
+        if (cbeg + i < cend) prefetch(cbeg + i, i);
+        cp_commit();
+    }
+    int ct_next = cbeg < cend ? P.chunk[cbeg].ct : 0;
+    for (int ci = cbeg; ci < cend; ci++) {
+        const int it = ci - cbeg, b = it % NS, ct = ct_next;
+        if (ci + 1 < cend) ct_next = P.chunk[ci + 1].ct;
+        cp_wait<NS - 2>();
+        __syncthreads(); /* chunk ci's tiles and Sop are visible; buffer (it-1)%NS is free */
+        if (ci + NS - 1 < cend) prefetch(ci + NS - 1, (it + NS - 1) % NS);
+        cp_commit();
+        const int64_t ch = (int64_t)ci * P.H + h;
+        bf16_t *U = Ub(b);
+        const float gL = __expf(Gb(b)[ct - 1]);
+        store_tile16<KP, BV>((bf16_t *)P.h + ch * P.sH + v0, P.VP, Sop, LDS);
+        float D[TL::NT1][4];
+#pragma unroll
+        for (int i = 0; i < TL::NT1 * 4; i++) D[i >> 2][i & 3] = 0.f;
+        warp_mma<TL::NT1, false>(D, Wb(b), LDK, Sop, LDS, KP, tl.m1, tl.n1);
+#pragma unroll
+        for (int nt = 0; nt < TL::NT1; nt++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) { /* Delta = U - W h, in place of U */
+                __nv_bfloat162 *pu = (__nv_bfloat162 *)(U + (tl.m1 + g + hh * 8) * LDS + tl.n1 + nt * 8 + 2 * tq);
+                const float2 u = __bfloat1622float2(*pu);
+                *pu = __floats2bfloat162_rn(u.x - D[nt][hh * 2], u.y - D[nt][hh * 2 + 1]);
+            }
+        __syncthreads();
+        store_tile16<64, BV>((bf16_t *)P.D + ch * P.sD + v0, P.VP, U, LDS);
+#pragma unroll
+        for (int i = 0; i < TL::NT2 * 4; i++) S[i >> 2][i & 3] *= gL;
+        warp_mma<TL::NT2, true>(S, Kb(b), LDK, U, LDS, 64, tl.m2, tl.n2);
+        frag_to_smem(S, Sop, LDS, tl.m2, tl.n2); /* Sop's readers are past the barrier above */
+    }
+    cp_wait<0>();
+    frag_store_state(S, P.ht, P, st0, v0, tl.m2, tl.n2);
+}
+
+template <int KP, int BV, int CTP> struct DhFastSmem {
+    static constexpr int LDK = KP + 8, LDS = BV + 8;
+    static constexpr size_t STAGE =
+        256 + 2 * (size_t)64 * LDK * 2 + (size_t)CTP * LDT * 2 + (size_t)CTP * LDS * 2 + (size_t)CTP * LDK * 2;
+    static constexpr size_t BYTES = 2 * STAGE + (size_t)64 * LDS * 2 + (size_t)KP * LDS * 2;
+};
+
+/* Requires K == KP and V % BV == 0 with 16-byte aligned q and dO rows (P.veck, P.vecv). */
+template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1) k_dh_fast(Params P) {
+    using SM = DhFastSmem<KP, BV, CTP>;
+    using TL = SeqTiles<KP, BV>;
+    constexpr int LDK = SM::LDK, LDS = SM::LDS;
+    extern __shared__ __align__(16) char smem[];
+    const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H;
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const TL tl;
+    auto Gb = [&](int b) { return (float *)(smem + b * SM::STAGE); };
+    auto Wb = [&](int b) { return (bf16_t *)(smem + b * SM::STAGE + 256); };
+    auto Kb = [&](int b) { return Wb(b) + 64 * LDK; };
+    auto Pb = [&](int b) { return Wb(b) + 2 * 64 * LDK; };
+    auto dOb = [&](int b) { return Pb(b) + CTP * LDT; };
+    auto Qb = [&](int b) { return dOb(b) + CTP * LDS; };
+    bf16_t *nD = (bf16_t *)(smem + 2 * SM::STAGE), *dSop = nD + 64 * LDS;
+    const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
+    float dS[TL::NT2][4];
+    frag_load_state(dS, P.dht, P, st0, v0, tl.m2, tl.n2);
+    frag_to_smem(dS, dSop, LDS, tl.m2, tl.n2);
+    const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
+    const int64_t qstride = (int64_t)P.H * KP, ostride = (int64_t)P.H * P.V;
+    auto prefetch = [&](int ci, int b, GdpChunkInfo ck) {
+        const int64_t ch = (int64_t)ci * P.H + h;
+        if (threadIdx.x < 16) cp_async16(Gb(b) + threadIdx.x * 4, P.G + ch * GDP_CHUNK + threadIdx.x * 4);
+        cp_tile16<64, KP>(Wb(b), LDK, (const bf16_t *)P.W + ch * P.sW, KP);
+        cp_tile16<64, KP>(Kb(b), LDK, (const bf16_t *)P.Kwd + ch * P.sW, KP);
+        cp_tile16<CTP, 64>(Pb(b), LDT, (const bf16_t *)P.P + ch * P.sP, 64);
+        cp_token_rows<CTP, BV>(dOb(b), LDS, (const bf16_t *)P.d_o + ((int64_t)ck.tok0 * P.H + h) * P.V + v0, ostride, ck.ct);
+        cp_token_rows<CTP, KP>(Qb(b), LDK, (const bf16_t *)P.q + ((int64_t)ck.tok0 * P.H + h) * KP, qstride, ck.ct);
+    };
+    GdpChunkInfo cur = cbeg < cend ? P.chunk[cend - 1] : GdpChunkInfo{0, 0, 0, 0};
+    if (cbeg < cend) prefetch(cend - 1, 0, cur);
+    cp_commit();
+    GdpChunkInfo nxt = cend - 2 >= cbeg ? P.chunk[cend - 2] : cur;
+    for (int ci = cend - 1; ci >= cbeg; ci--) {
+        const int b = (cend - 1 - ci) & 1, ct = cur.ct;
+        cp_wait<0>();
+        __syncthreads();
+        if (ci - 1 >= cbeg) prefetch(ci - 1, b ^ 1, nxt);
+        cp_commit();
+        cur = nxt;
+        if (ci - 2 >= cbeg) nxt = P.chunk[ci - 2];
+        const int64_t ch = (int64_t)ci * P.H + h;
+        const float *Gs = Gb(b);
+        const float gL = __expf(Gs[ct - 1]);
+        bf16_t *Q = Qb(b), *dO = dOb(b);
+        for_pieces16<CTP, KP>([&](int t, int x) { /* q <- scale e^G q; rows past ct are zeros already */
+            if (t < ct) {
+                float q[8];
+                ld8(q, Q + t * LDK + x);
+                const float f = P.scale * __expf(Gs[t]);
+#pragma unroll
+                for (int j = 0; j < 8; j++) q[j] *= f;
+                st8(Q + t * LDK + x, q);
+            }
+        });
+        store_tile16<KP, BV>((bf16_t *)P.dh + ch * P.sH + v0, P.VP, dSop, LDS);
+        float acc[TL::NT1][4];
+#pragma unroll
+        for (int i = 0; i < TL::NT1 * 4; i++) acc[i >> 2][i & 3] = 0.f;
+        warp_mma<TL::NT1, true>(acc, Pb(b), LDT, dO, LDS, CTP, tl.m1, tl.n1);
+        warp_mma<TL::NT1, false>(acc, Kb(b), LDK, dSop, LDS, KP, tl.m1, tl.n1);
+#pragma unroll
+        for (int nt = 0; nt < TL::NT1; nt++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++)
+                *(__nv_bfloat162 *)(nD + (tl.m1 + g + hh * 8) * LDS + tl.n1 + nt * 8 + 2 * tq) =
+                    __floats2bfloat162_rn(-acc[nt][hh * 2], -acc[nt][hh * 2 + 1]);
+        __syncthreads();
+        store_tile16<64, BV>((bf16_t *)P.dD + ch * P.sD + v0, P.VP, nD, LDS, 0x80008000u);
+#pragma unroll
+        for (int i = 0; i < TL::NT2 * 4; i++) dS[i >> 2][i & 3] *= gL;
+        warp_mma<TL::NT2, true>(dS, Q, LDK, dO, LDS, CTP, tl.m2, tl.n2);
+        warp_mma<TL::NT2, true>(dS, Wb(b), LDK, nD, LDS, 64, tl.m2, tl.n2);
+        frag_to_smem(dS, dSop, LDS, tl.m2, tl.n2); /* dSop's readers (dh store, Kwd dS) are past the barrier above */
+    }
+    frag_store_state(dS, P.dh0, P, st0, v0, tl.m2, tl.n2);
+}
+
 /* ---------------------------------------------------------------- 6. bwd_a: dq, dK_w, dW, gate parts */
 template <typename IT> struct BwdASmem {
     float *Gs, *red, *stdr, *dga, *qdot, *dKst, *dQf;
@@ -1649,6 +1926,85 @@ static bool pick_bv(const GdpPlan &pl, bool dh, bool fused, Kern kern, int &bv_o
     return found;
 }
 
+/* GDP_BV_STATE / GDP_BV_DH = 32|64|128 in the environment replace pick_bv's V-tile width (for
+ * measuring the choice); a width that does not fit keeps the pick. */
+template <typename IT> static void env_bv(const GdpPlan &pl, bool dh, bool fused, Params &P) {
+    const char *e = getenv(dh ? "GDP_BV_DH" : "GDP_BV_STATE");
+    if (!e || !*e) return;
+    const int bv = atoi(e) < pl.VP ? atoi(e) : pl.VP;
+    if ((bv != 32 && bv != 64 && bv != 128) || pl.KP * bv > 16384) return;
+    for (int nst = 2; nst >= (fused ? 2 : 1); nst--) { /* the fused output needs the prefetch */
+        const size_t b = dh ? DhSmem<IT>::carve(nullptr, pl.KP, pl.Ctp, bv, nst, nullptr)
+                            : StateSmem<IT>::carve(nullptr, pl.KP, bv, nst, pl.Ctp, fused, nullptr);
+        if (b <= (size_t)max_smem_optin()) {
+            P.bv = bv;
+            P.nst = nst;
+            return;
+        }
+    }
+}
+
+static bool env_on(const char *name) {
+    const char *e = getenv(name);
+    return e && *e && *e != '0';
+}
+
+/* bf16 only (the f32 path is for accuracy); GDP_GENERIC_SEQ=1 keeps the generic sequential
+ * kernels, for comparison. */
+template <typename IT> static bool use_fast_seq() {
+    return std::is_same<IT, __nv_bfloat16>::value && !env_on("GDP_GENERIC_SEQ");
+}
+static void (*state_fast_kernel(int KP, int bv, int ns))(Params) {
+#define GDP_SF(kp, b)                                                                   \
+    if (KP == kp && bv == b) return ns == 3 ? k_state_fast<kp, b, 3> : k_state_fast<kp, b, 2>;
+    GDP_SF(128, 64) GDP_SF(128, 32) GDP_SF(64, 64) GDP_SF(64, 32)
+#undef GDP_SF
+    return nullptr;
+}
+static size_t state_fast_smem(int KP, int bv, int ns) {
+    return KP == 128 ? (bv == 64 ? StateFastSmem<128, 64>::bytes(ns) : StateFastSmem<128, 32>::bytes(ns))
+                     : (bv == 64 ? StateFastSmem<64, 64>::bytes(ns) : StateFastSmem<64, 32>::bytes(ns));
+}
+static void (*dh_fast_kernel(int KP, int bv, int ctp))(Params) {
+#define GDP_DF(kp, b)                                                                                        \
+    if (KP == kp && bv == b)                                                                                 \
+        return ctp == 16 ? k_dh_fast<kp, b, 16> : ctp == 32 ? k_dh_fast<kp, b, 32> : ctp == 64 ? k_dh_fast<kp, b, 64> : nullptr;
+    GDP_DF(128, 128) GDP_DF(128, 64) GDP_DF(128, 32) GDP_DF(64, 128) GDP_DF(64, 64) GDP_DF(64, 32)
+#undef GDP_DF
+    return nullptr;
+}
+static size_t dh_fast_smem(int KP, int bv, int ctp) {
+#define GDP_DS(kp, b, c) \
+    if (KP == kp && bv == b && ctp == c) return DhFastSmem<kp, b, c>::BYTES;
+    GDP_DS(128, 64, 16) GDP_DS(128, 64, 32) GDP_DS(128, 64, 64) GDP_DS(128, 32, 16) GDP_DS(128, 32, 32) GDP_DS(128, 32, 64)
+    GDP_DS(64, 64, 16) GDP_DS(64, 64, 32) GDP_DS(64, 64, 64) GDP_DS(64, 32, 16) GDP_DS(64, 32, 32) GDP_DS(64, 32, 64)
+    GDP_DS(128, 128, 16) GDP_DS(128, 128, 32) GDP_DS(128, 128, 64) GDP_DS(64, 128, 16) GDP_DS(64, 128, 32) GDP_DS(64, 128, 64)
+#undef GDP_DS
+    return 0;
+}
+
+/* V-tile width of a fast sequential kernel among cands: the least work on the busiest SM, i.e.
+ * ceil(CTAs / SMs) * bv columns, then the widest (each CTA loads the whole W and Kwd, so narrower
+ * tiles load them more often). Measured at H 6, n 2: state bv 64 (96 CTAs) beat bv 32 (192), dh
+ * bv 64 beat bv 32. bv is the environment's GDP_BV_STATE / GDP_BV_DH when set and available.
+ * 0 when no candidate has a kernel that fits. */
+template <class KernOf, class SmemOf>
+static int pick_fast_bv(const GdpPlan &pl, const char *env, const int *cands, int ncand, KernOf kern_of, SmemOf smem_of) {
+    const int nsm = device_attr(cudaDevAttrMultiProcessorCount, 132), limit = max_smem_optin();
+    const char *e = getenv(env);
+    const int want = e && *e ? atoi(e) : 0;
+    int best_bv = 0;
+    long best = 0;
+    for (int i = 0; i < ncand; i++) {
+        const int bv = cands[i];
+        if (pl.VP % bv || !kern_of(bv) || smem_of(bv) > (size_t)limit) continue;
+        if (want == bv) return bv;
+        const long ctas = (long)pl.N * pl.H * (pl.VP / bv), load = (ctas + nsm - 1) / nsm * bv;
+        if (!best_bv || load < best) best_bv = bv, best = load;
+    }
+    return want && want != best_bv ? 0 : best_bv;
+}
+
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 static GdpStatus check_common(const char *who, const GdpDesc *d) {
@@ -1716,6 +2072,7 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
     if (P.fuse_out && (!pick_bv<IT>(pl, false, true, k_state<IT>, P.bv, P.nst) || P.nst != 2)) P.fuse_out = false;
     if (!P.fuse_out && !pick_bv<IT>(pl, false, false, k_state<IT>, P.bv, P.nst))
         return gdp_fail(GDP_ERR_UNSUPPORTED, "%s: K=%d needs more shared memory than this GPU has", who, P.K);
+    env_bv<IT>(pl, false, P.fuse_out, P);
     k_tables<<<1, 32, 0, st>>>(P);
     GDP_CU(cudaGetLastError());
     k_chunks<<<(P.NCmax + 255) / 256, 256, 0, st>>>(P);
@@ -1726,7 +2083,35 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
         LAUNCH(k_prep2<IT>, dim3(P.NCmax, P.H), sp2);
     else
         LAUNCH(k_prep<IT>, dim3(P.NCmax, P.H), PrepSmem<IT>::carve(nullptr, nullptr));
+    if (!P.fuse_out && use_fast_seq<IT>()) {
+        const int ns = env_on("GDP_STATE_NS3") ? 3 : 2, cands[2] = {64, 32};
+        const int bv = pick_fast_bv(
+            pl, "GDP_BV_STATE", cands, 2, [&](int b) { return state_fast_kernel(pl.KP, b, ns); },
+            [&](int b) { return state_fast_smem(pl.KP, b, ns); });
+        if (bv) {
+            P.bv = bv;
+            return launch(who, "k_state_fast", state_fast_kernel(pl.KP, bv, ns), dim3(P.N * P.H, pl.VP / bv),
+                          state_fast_smem(pl.KP, bv, ns), st, P);
+        }
+    }
     LAUNCH(k_state<IT>, dim3(P.N * P.H, (P.VP + P.bv - 1) / P.bv), ss);
+    return GDP_OK;
+}
+
+/* the dh pass: the fast kernel where its conditions hold (see k_dh_fast), else the generic one */
+template <typename IT> static GdpStatus launch_dh(const char *who, const GdpPlan &pl, Params &P, cudaStream_t st) {
+    if (use_fast_seq<IT>() && pl.K == pl.KP && pl.V == pl.VP && P.veck && P.vecv) {
+        const int cands[3] = {128, 64, 32};
+        const int bv = pick_fast_bv(
+            pl, "GDP_BV_DH", cands, 3, [&](int b) { return dh_fast_kernel(pl.KP, b, pl.Ctp); },
+            [&](int b) { return dh_fast_smem(pl.KP, b, pl.Ctp); });
+        if (bv) {
+            P.bv = bv;
+            return launch(who, "k_dh_fast", dh_fast_kernel(pl.KP, bv, pl.Ctp), dim3(P.N * P.H, pl.VP / bv),
+                          dh_fast_smem(pl.KP, bv, pl.Ctp), st, P);
+        }
+    }
+    LAUNCH(k_dh<IT>, dim3(P.N * P.H, (P.VP + P.bv - 1) / P.bv), DhSmem<IT>::carve(nullptr, pl.KP, pl.Ctp, P.bv, P.nst, nullptr));
     return GDP_OK;
 }
 
@@ -1785,7 +2170,9 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
     if (s != GDP_OK) return s;
     if (!pick_bv<IT>(pl, true, false, k_dh<IT>, P.bv, P.nst))
         return gdp_fail(GDP_ERR_UNSUPPORTED, "%s: K=%d needs more shared memory than this GPU has", who, P.K);
-    LAUNCH(k_dh<IT>, dim3(P.N * P.H, (P.VP + P.bv - 1) / P.bv), DhSmem<IT>::carve(nullptr, pl.KP, pl.Ctp, P.bv, P.nst, nullptr));
+    env_bv<IT>(pl, true, false, P);
+    s = launch_dh<IT>(who, pl, P, st);
+    if (s != GDP_OK) return s;
     LAUNCH(k_bwd_a<IT>, dim3(P.NCmax, P.H, P.nkt), BwdASmem<IT>::carve(nullptr, pl.Ctp, pl.nvt, nullptr));
     const int rr = d->mode == GDP_MODE_SPLIT ? d->n * d->n : 0;
     const size_t sbh = BwdBhSmem<IT>::carve(nullptr, rr, nullptr);

@@ -1,0 +1,93 @@
+#!/bin/bash
+# One device call that checks and measures the Gated DeltaProduct op: build, the op's GPU tests and
+# compute-sanitizer (memcheck, racecheck) on a small case, per-kernel times at the bench shape
+# (H 16) and the base model's (H 6), the variants that the environment selects (GDP_GENERIC_SEQ,
+# GDP_STATE_NS3, GDP_BV_STATE, GDP_BV_DH, GDP_UNFUSED_OUTPUT), base-model training tokens/s,
+# gdp next to fla (bench/vs_fla.py, fla from .carry/fla) and ncu counters (GDP_NCU=1).
+# Logs under $OUT; a short table last. SKIP='name|…' leaves steps out (build, tests, sanitizer,
+# profile, variants, testgpu, train, vsfla, ncu). Carry .carry (fla) and data_cache/gcide for train.
+set -u
+export PATH=$PATH:/usr/local/cuda/bin OMP_WAIT_POLICY=passive PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+OUT=${OUT:-/tmp/gdp_gpu_perf}; mkdir -p "$OUT"
+T0=$(date +%s); rows=()
+row() { rows+=("$1"); echo "== $1"; }
+skip() { [[ -n "${SKIP:-}" && "$1" =~ ^(${SKIP})$ ]]; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+if ! skip build; then
+    make -j16 all build/tests/gpu/test_gpu_gdp build/tests/gpu/test_gpu_ops build/tests/gpu/test_gpu_decode build/tests/gpu/test_gpu_train_infra > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+    row "build $(( $(date +%s) - T0 )) s"
+fi
+G=build/gdp
+if ! skip tests; then # the op's tests with the picked V tiles, then with each fast kernel width forced
+    for envs in "" "GDP_BV_DH=128" "GDP_BV_DH=64 GDP_BV_STATE=64" "GDP_BV_DH=32 GDP_BV_STATE=32"; do
+        t=$(date +%s)
+        env $envs timeout 150 build/tests/gpu/test_gpu_gdp > "$OUT/test_gdp.log" 2>&1
+        r=$?; grep -E "FAIL" "$OUT/test_gdp.log" | head -8
+        row "test_gpu_gdp ${envs:-(picked)} rc=$r $(tail -1 "$OUT/test_gdp.log" | cut -c1-60) ($(( $(date +%s) - t )) s)"
+    done
+fi
+if ! skip sanitizer && command -v compute-sanitizer > /dev/null; then
+    for tool in memcheck racecheck; do
+        timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 build/tests/gpu/test_gpu_gdp --sanitize > "$OUT/$tool.log" 2>&1
+        row "sanitizer $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1)"
+    done
+fi
+bench() { # bench LABEL [ENV=..] -- args: one row per n
+    local label=$1; shift
+    local envs=(); while [[ $1 != -- ]]; do envs+=("$1"); shift; done; shift
+    env "${envs[@]}" timeout 120 $G bench op "$@" > "$OUT/tmp.log" 2>&1 || { row "$label FAILED: $(tail -2 "$OUT/tmp.log")"; return; }
+    cat "$OUT/tmp.log" >> "$OUT/variants.log"
+    while read -r n f _ _ fb _; do row "$(printf '%-30s n=%s fwd %7s f+b %7s' "$label" "$n" "$f" "$fb")"; done \
+        < <(grep -E '^[0-9]+ ' "$OUT/tmp.log")
+}
+if ! skip profile; then
+    for H in 16 6; do
+        GDP_BENCH_PROFILE=1 timeout 120 $G bench op --H $H --n 1,2,3 --iters 20 > "$OUT/profile_H$H.log" 2>&1
+        grep -E "^-- kernels|gdp profile" "$OUT/profile_H$H.log" | awk '{ if ($1=="--") print "H'$H' " $0; else printf "  %-16s bv %3s %s %s\n", $3, $(NF-4), $(NF-1), $NF }'
+    done
+fi
+if ! skip variants; then
+    bench "H16" -- --H 16 --n 1,2,3
+    bench "H16 bv_dh=64" GDP_BV_DH=64 -- --H 16 --n 2
+    bench "H6" -- --H 6 --n 1,2,3
+    bench "H6 bv_dh=128" GDP_BV_DH=128 -- --H 6 --n 2
+    bench "T8192 B2" -- --B 2 --T 8192 --n 1,2,3
+    bench "T8192 B2 bv 64" GDP_BV_DH=64 GDP_BV_STATE=64 -- --B 2 --T 8192 --n 2
+    bench "K64" -- --K 64 --V 64 --n 1,2,3
+    bench "K256" -- --K 256 --V 256 --n 1,2,3
+    bench "split r2 H16" -- --H 16 --n 2 --mode split
+fi
+if ! skip testgpu; then
+    t=$(date +%s)
+    timeout 240 make -j16 test-gpu > "$OUT/test-gpu.log" 2>&1
+    row "make test-gpu rc=$? $(grep -E 'gpu test programs|checks' "$OUT/test-gpu.log" | tail -2 | tr '\n' ' ') ($(( $(date +%s) - t )) s)"
+fi
+if ! skip train; then
+    timeout 60 $G prepare --input data_cache/gcide/gcide.dict.dz --out /tmp/gcide --vocab 4096 > "$OUT/prepare.log" 2>&1
+    for nh in ${TRAIN_NH:-2 3 1}; do
+        for extra in "" --selective-recompute; do
+            timeout 60 $G train --preset base --set num_householder=$nh --set vocab_size=32000 --device cuda --data /tmp/gcide \
+                --steps 10 --batch 8 --seq 2048 --eval-every 0 --print-every 1 $extra --out /tmp/run_$nh > "$OUT/train_$nh$extra.log" 2>&1
+            row "$(printf 'train base n_h %s %-22s rc=%s %s, %s GiB' "$nh" "$extra" "$?" \
+                "$(grep -oE '[0-9]+ tok/s' "$OUT/train_$nh$extra.log" | tail -1)" \
+                "$(grep -oE 'GPU memory in use [0-9.]+' "$OUT/train_$nh$extra.log" | tail -1 | awk '{print $5}')")"
+        done
+    done
+    timeout 60 $G train --preset base --set vocab_size=32000 --device cuda --data /tmp/gcide --steps 4 --batch 8 --seq 2048 \
+        --eval-every 0 --quiet --profile --out /tmp/run_prof > "$OUT/profile_train.log" 2>&1
+    sed -n '/profile over/,$p' "$OUT/profile_train.log" | head -16
+fi
+if ! skip vsfla; then
+    timeout 420 python3 bench/vs_fla.py --shapes "${VSFLA_SHAPES:-issue}" > "$OUT/vsfla.log" 2>&1
+    row "vs_fla rc=$?"
+fi
+if [ "${GDP_NCU:-0}" = 1 ] && ! skip ncu && command -v ncu > /dev/null; then
+    S="--section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats"
+    timeout 150 ncu --clock-control none -k regex:"${NCU_KERNELS:-k_state|k_dh}" -c 4 $S \
+        $G bench op --H 6 --n 2 --iters 1 --warmup 0 > "$OUT/ncu.log" 2>&1
+    row "ncu rc=$?"
+    grep -E "k_state|k_dh|k_bwd|k_prep2|Duration|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Compute \(SM\)|Memory Throughput" "$OUT/ncu.log" | head -60
+fi
+echo
+[ -f "$OUT/vsfla.log" ] && tail -16 "$OUT/vsfla.log"
+cat "$OUT/gpu.txt"; printf '%s\n' "${rows[@]}"; echo "total $(( $(date +%s) - T0 )) s"
