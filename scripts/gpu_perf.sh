@@ -3,7 +3,8 @@
 # compute-sanitizer (memcheck, racecheck) on a small case, per-kernel times at the bench shape
 # (H 16) and the base model's (H 6), the variants that the environment selects (GDP_GENERIC_SEQ,
 # GDP_STATE_NS3, GDP_BV_STATE, GDP_BV_DH, GDP_UNFUSED_OUTPUT), base-model training tokens/s,
-# gdp next to fla (bench/vs_fla.py, fla from .carry/fla) and ncu counters (GDP_NCU=1).
+# gdp next to fla (bench/vs_fla.py, fla from .carry/fla), ncu counters (GDP_NCU=1) and ncu's
+# per-instruction stall samples of bwd_a, bwd_b and prep2 (GDP_NCU_SOURCE=1: reports and CSV in $OUT).
 # Logs under $OUT; a short table last. SKIP='name|…' leaves steps out (build, tests, sanitizer,
 # profile, variants, testgpu, train, vsfla, ncu). Carry .carry (fla) and data_cache/gcide for train.
 set -u
@@ -87,6 +88,17 @@ if [ "${GDP_NCU:-0}" = 1 ] && ! skip ncu && command -v ncu > /dev/null; then
         $G bench op --H 6 --n 2 --iters 1 --warmup 0 > "$OUT/ncu.log" 2>&1
     row "ncu rc=$?"
     grep -E "k_state|k_dh|k_bwd|k_prep2|Duration|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Compute \(SM\)|Memory Throughput" "$OUT/ncu.log" | head -60
+fi
+if [ "${GDP_NCU_SOURCE:-0}" = 1 ] && command -v ncu > /dev/null; then # per-instruction stall samples
+    # The report (.ncu-rep, for the Nsight Compute GUI) and its SASS source page as gzipped CSV come
+    # back in $OUT; a run with only this step and build stays within the 8 files that come back.
+    for k in k_bwd_a k_bwd_b_hh k_prep2; do
+        timeout 120 ncu --clock-control none -k regex:$k -c 1 --section SourceCounters --section WarpStateStats \
+            --import-source yes --export "$OUT/ncu_$k" -f $G bench op --H 16 --n 2 --iters 1 --warmup 0 > "/tmp/ncu_$k.log" 2>&1
+        timeout 60 ncu -i "$OUT/ncu_$k.ncu-rep" --page source --csv --print-source sass > "/tmp/src_$k.csv" 2>&1
+        row "ncu source $k rc=$? $(wc -l < "/tmp/src_$k.csv") lines, $(head -3 "/tmp/src_$k.csv" | tail -1 | cut -c1-80)"
+        gzip -c "/tmp/src_$k.csv" > "$OUT/src_$k.csv.gz"
+    done
 fi
 echo
 [ -f "$OUT/vsfla.log" ] && tail -16 "$OUT/vsfla.log"

@@ -34,6 +34,7 @@ static void conv1d_causal_backward(Ctx *ctx, Node *n) {
                             : NULL;
         CUDA_ONLY(conv1d_causal_backward_cuda(x->dtype, dxd, dwd, partial, dy->data, x->data, w->data, B, T, C, W,
                                               silu, acc_dx, acc_dw, ctx_stream(ctx)));
+        (void)partial; /* a CPU-only build has no use for it */
         arena_rewind(&ctx->scratch, mark);
     }
 }
