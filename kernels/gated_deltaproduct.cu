@@ -945,8 +945,8 @@ __device__ __forceinline__ void frag_store_state(float (&acc)[NT][4], float *dst
 }
 
 /* acc[NT][4] += A (16 rows at m0, KD deep) x B (KD x 8*NT at n0). A: row-major [m][k] (AT false) or
- * stored transposed as [k][m] (AT true); B always stored [k][n] (row-major). */
-template <int NT, bool AT>
+ * stored transposed as [k][m] (AT true); B: stored [k][n] (BT false) or [n][k] (BT true). */
+template <int NT, bool AT, bool BT = false>
 __device__ __forceinline__ void warp_mma(float (&acc)[NT][4], const bf16_t *A, int lda, const bf16_t *B, int ldb,
                                          int kd, int m0, int n0) {
     const int lane = threadIdx.x & 31, mi = lane >> 3, lr = lane & 7;
@@ -960,7 +960,10 @@ __device__ __forceinline__ void warp_mma(float (&acc)[NT][4], const bf16_t *A, i
 #pragma unroll
         for (int np = 0; np < NT / 2; np++) {
             uint32_t b[4];
-            ldsm_x4_t(b[0], b[1], b[2], b[3], B + (k0 + (mi & 1) * 8 + lr) * ldb + n0 + np * 16 + (mi >> 1) * 8);
+            if (BT)
+                ldsm_x4(b[0], b[1], b[2], b[3], B + (n0 + np * 16 + (mi >> 1) * 8 + lr) * ldb + k0 + (mi & 1) * 8);
+            else
+                ldsm_x4_t(b[0], b[1], b[2], b[3], B + (k0 + (mi & 1) * 8 + lr) * ldb + n0 + np * 16 + (mi >> 1) * 8);
             mma_bf16(acc[np * 2], a[0], a[1], a[2], a[3], b[0], b[1]);
             mma_bf16(acc[np * 2 + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
         }
@@ -1311,6 +1314,195 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a(Pa
             float val = S.dga[i];
             if (i % n == 0 && i / n < c.ct) val += S.qdot[i / n];
             if (i == (c.ct - 1) * n) val += gL * ht + sd;
+            out[i] = val;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- 6b. bwd_a, fast path */
+/* k_bwd_a with compile-time sizes, for bf16 with K and V multiples of 64 (K == KP, V == VP) and
+ * 16-byte aligned rows; CTP = Ctp. ncu's SASS samples of k_bwd_a (H 16, n 2) put most of its
+ * 600 M warp instructions in integer work: a division per 16-byte piece in the runtime copy loops
+ * and per-element epilogue passes through shared memory, against 2.4% HMMA. Here copy offsets are
+ * shifts, the four V-loop products stay in registers through the epilogue, the gate factors are
+ * per-row tables, and the row dots (dK_w . K_w, dQ . q) come from the fragments. The products are
+ * the ones of k_bwd_a, in the same order. */
+template <int CTP> struct BwdAFastSmem {
+    static constexpr int QW = CTP == 16 ? 16 : 32; /* warp-tile width of the CTP x 64 products */
+    static constexpr int QCT = 64 / QW;             /* their column tiles */
+    /* Gs, rowf, qf [64]; red [8]; row-dot partials pst, pga [64][2], pq [CTP][QCT] (<= 128) */
+    static constexpr int NSCAL = 3 * 64 + 8 + 2 * 128 + 128;
+    static constexpr int QT = CTP * LDT, TILE = 64 * LDT; /* bf16 elements */
+    static constexpr int STAGE = QT + 4 * TILE;          /* dO, D, dD, h, dh of one V tile */
+    static constexpr size_t BYTES = NSCAL * 4 + (size_t)(QT + TILE + 2 * STAGE) * 2;
+};
+
+/* This thread's share of the row dots of a warp's 16 x 8*NT fragment at (m0, n0) with the bf16 tile
+ * X: s0 (row m0 + g) and s1 (row m0 + g + 8) gain acc * X over the thread's columns. */
+template <int NT>
+__device__ __forceinline__ void frag_rowdot_acc(const float (&acc)[NT][4], const bf16_t *X, int ldx, int m0, int n0,
+                                                float &s0, float &s1) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        const int c = n0 + nt * 8 + 2 * tq;
+        const float2 x0 = __bfloat1622float2(*(const __nv_bfloat162 *)(X + (m0 + g) * ldx + c));
+        const float2 x1 = __bfloat1622float2(*(const __nv_bfloat162 *)(X + (m0 + g + 8) * ldx + c));
+        s0 += acc[nt][0] * x0.x + acc[nt][1] * x0.y;
+        s1 += acc[nt][2] * x1.x + acc[nt][3] * x1.y;
+    }
+}
+/* The quad's shares of rows m0 + g and m0 + g + 8 summed (fixed order) into part[r * nparts + j]. */
+__device__ __forceinline__ void quad_rows_out(float s0, float s1, int m0, int j, float *part, int nparts) {
+    const int lane = threadIdx.x & 31, g = lane >> 2;
+    s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+    s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+    s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+    s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+    if ((lane & 3) == 0) {
+        part[(m0 + g) * nparts + j] = s0;
+        part[(m0 + g + 8) * nparts + j] = s1;
+    }
+}
+/* Row dots of the fragment with X: part[r * nparts + n0 / (8*NT)] for its 16 rows r. */
+template <int NT>
+__device__ __forceinline__ void frag_rowdot(const float (&acc)[NT][4], const bf16_t *X, int ldx, int m0, int n0,
+                                            float *part, int nparts) {
+    float s0 = 0.f, s1 = 0.f;
+    frag_rowdot_acc(acc, X, ldx, m0, n0, s0, s1);
+    quad_rows_out(s0, s1, m0, n0 / (8 * NT), part, nparts);
+}
+
+template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(Params P) {
+    using SM = BwdAFastSmem<CTP>;
+    constexpr int QW = SM::QW, NTQ = QW / 8, QCT = SM::QCT;
+    /* with 4 warp tiles a CTP x 64 product, warps 0-3 take dQ and 4-7 dS; with 8, every warp both */
+    constexpr bool QSPLIT = (CTP / 16) * QCT == 4;
+    extern __shared__ __align__(16) char smem[];
+    ChunkCtx c;
+    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    const int kt = blockIdx.z, c0 = kt * GDP_TILE, ct = c.ct, lc = c.lc;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    float *Gs = (float *)smem, *rowf = Gs + 64, *qf = rowf + 64, *red = qf + 64, *pst = red + 8, *pga = pst + 128,
+          *pq = pga + 128;
+    bf16_t *Qs = (bf16_t *)(smem + SM::NSCAL * 4), *Kws = Qs + SM::QT, *stg = Kws + SM::TILE;
+    auto dOb = [&](int b) { return stg + b * SM::STAGE; };
+    auto Db = [&](int b) { return dOb(b) + SM::QT; };
+    auto dDb = [&](int b) { return Db(b) + SM::TILE; };
+    auto Hb = [&](int b) { return dDb(b) + SM::TILE; };
+    auto dHb = [&](int b) { return Hb(b) + SM::TILE; };
+    const bf16_t *Dg = (const bf16_t *)P.D + c.ch * P.sD, *dDg = (const bf16_t *)P.dD + c.ch * P.sD;
+    const bf16_t *hg = (const bf16_t *)P.h + c.ch * P.sH + (int64_t)c0 * P.VP;
+    const bf16_t *dhg = (const bf16_t *)P.dh + c.ch * P.sH + (int64_t)c0 * P.VP;
+    const bf16_t *dOg = (const bf16_t *)P.d_o + ((int64_t)c.tok0 * P.H + c.h) * P.V;
+    const int64_t ostride = (int64_t)P.H * P.V, qstride = (int64_t)P.H * P.K;
+    auto issue = [&](int vt, int b) {
+        const int v0 = vt * GDP_TILE;
+        cp_token_rows<CTP, 64>(dOb(b), LDT, dOg + v0, ostride, ct);
+        cp_tile16<64, 64>(Db(b), LDT, Dg + v0, P.VP);
+        cp_tile16<64, 64>(dDb(b), LDT, dDg + v0, P.VP);
+        cp_tile16<64, 64>(Hb(b), LDT, hg + v0, P.VP);
+        cp_tile16<64, 64>(dHb(b), LDT, dhg + v0, P.VP);
+        cp_commit();
+    };
+    if (tid < 16) cp_async16(Gs + tid * 4, P.G + c.ch * GDP_CHUNK + tid * 4);
+    cp_token_rows<CTP, 64>(Qs, LDT, (const bf16_t *)P.q + ((int64_t)c.tok0 * P.H + c.h) * P.K + c0, qstride, ct);
+    for_pieces16<64, 64>([&](int r, int x) { /* raw keys (split mode: masked to K_w after the V loop) */
+        if (r < lc)
+            cp_async16(Kws + r * LDT + x, krow<bf16_t>(P, c.tok0, c.h, r) + c0 + x);
+        else
+            *(uint4 *)(Kws + r * LDT + x) = make_uint4(0, 0, 0, 0);
+    });
+    issue(0, 0);
+    /* warp tiles: 64 x 64 products as in tile_gemm; CTP x 64 ones at (mq, nq) */
+    const int m1 = (warp >> 1) * 16, n1 = (warp & 1) * 32;
+    const bool qtile = !QSPLIT || warp < 4, ptile = !QSPLIT || warp >= 4;
+    const int qi = QSPLIT ? (warp & 3) : warp, mq = (qi / QCT) * 16, nq = (qi % QCT) * QW;
+    float aQ[NTQ][4], aP[NTQ][4], aK[4][4], aW[4][4];
+#pragma unroll
+    for (int i = 0; i < NTQ * 4; i++) aQ[i >> 2][i & 3] = aP[i >> 2][i & 3] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 16; i++) aK[i >> 2][i & 3] = aW[i >> 2][i & 3] = 0.f;
+    float hdh = 0.f;
+    for (int vt = 0; vt < P.nvt; vt++) {
+        const int b = vt & 1;
+        if (vt + 1 < P.nvt) {
+            issue(vt + 1, b ^ 1);
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        if (vt == 0 && tid < 64) { /* gate tables, read after the loop's barriers */
+            rowf[tid] = tid < lc ? __expf(Gs[ct - 1] - Gs[tokof(P, tid)]) : 0.f;
+            qf[tid] = tid < ct ? P.scale * expf(Gs[tid]) : 0.f;
+        }
+        const bf16_t *dO = dOb(b), *D = Db(b), *dD = dDb(b), *Hs = Hb(b), *dHs = dHb(b);
+        for_pieces16<64, 64>([&](int x, int y) {
+            float hv[8], dv[8];
+            ld8(hv, Hs + x * LDT + y);
+            ld8(dv, dHs + x * LDT + y);
+#pragma unroll
+            for (int j = 0; j < 8; j++) hdh += hv[j] * dv[j];
+        });
+        if (qtile) warp_mma<NTQ, false, true>(aQ, dO, LDT, Hs, LDT, GDP_TILE, mq, nq);
+        warp_mma<4, false, true>(aK, D, LDT, dHs, LDT, GDP_TILE, m1, n1);
+        warp_mma<4, false, true>(aW, dD, LDT, Hs, LDT, GDP_TILE, m1, n1);
+        if (ptile) warp_mma<NTQ, false, true>(aP, dO, LDT, D, LDT, GDP_TILE, mq, nq);
+        __syncthreads();
+    }
+    if (P.mode == GDP_MODE_SPLIT) {
+        split_keys<bf16_t>(P, c, Kws, LDT, (bf16_t *)nullptr, 0, c0, GDP_TILE, true);
+        __syncthreads();
+    }
+    /* stage 0 holds dS, the dW staging, then dQ and dK_w on their way out */
+    bf16_t *dSs = stg, *dWs = dSs + SM::QT, *dQs = dWs + SM::TILE, *dKs = dQs + SM::QT;
+    if (ptile) {
+        frag_each(aP, mq, nq, [&](int t, int s, float &v) {
+            const int ts = tokof(P, s);
+            v = t < ct && s < lc && ts <= t ? P.scale * __expf(Gs[t] - Gs[ts]) * v : 0.f;
+        });
+        frag_to_smem(aP, dSs, LDT, mq, nq);
+    }
+    frag_each(aK, m1, n1, [&](int r, int, float &v) { v = r < lc ? rowf[r] * v : 0.f; });
+    frag_rowdot(aK, Kws, LDT, m1, n1, pst, 2);
+    frag_each(aW, m1, n1, [&](int, int, float &v) { v = -v; });
+    frag_to_smem(aW, dWs, LDT, m1, n1);
+    if (qtile) frag_each(aQ, mq, nq, [&](int r, int, float &v) { v = r < ct ? qf[r] * v : 0.f; });
+    hdh = warp_sum(hdh);
+    if (lane == 0) red[warp] = hdh;
+    __syncthreads();
+    store_tile16<64, 64>((bf16_t *)P.dW + c.ch * P.sW + c0, P.KP, dWs, LDT);
+    if (qtile) { /* dQ = scale gamma dO h^T + dS Kw */
+        warp_mma<NTQ, false, false>(aQ, dSs, LDT, Kws, LDT, GDP_TILE, mq, nq);
+        frag_rowdot(aQ, Qs, LDT, mq, nq, pq, QCT);
+        frag_to_smem(aQ, dQs, LDT, mq, nq);
+    }
+    warp_mma<4, true, false>(aK, dSs, LDT, Qs, LDT, CTP, m1, n1); /* dK_w += dS^T q */
+    frag_rowdot(aK, Kws, LDT, m1, n1, pga, 2);
+    frag_to_smem(aK, dKs, LDT, m1, n1);
+    __syncthreads();
+    for_pieces16<CTP, 64>([&](int t, int x) {
+        if (t < ct)
+            *(uint4 *)((bf16_t *)P.dq + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.K + c0 + x) = *(const uint4 *)(dQs + t * LDT + x);
+    });
+    store_tile16<64, 64>((bf16_t *)P.dKw + c.ch * P.sW + c0, P.KP, dKs, LDT);
+    if (warp == 0) {
+        float ht = 0.f;
+        for (int i = 0; i < NTHREADS / 32; i++) ht += red[i];
+        auto stdr = [&](int i) { return i < lc ? pst[2 * i] + pst[2 * i + 1] : 0.f; };
+        const float sd = warp_sum(stdr(lane) + stdr(lane + 32)), gL = expf(Gs[ct - 1]);
+        float *out = P.dGa + (c.ch * P.nkt + kt) * GDP_CHUNK;
+        for (int i = lane; i < 64; i += 32) {
+            float val = -(pga[2 * i] + pga[2 * i + 1]);
+            const int t = tokof(P, i);
+            if (i == t * P.n && t < ct) {
+                float qd = 0.f;
+#pragma unroll
+                for (int j = 0; j < QCT; j++) qd += pq[t * QCT + j];
+                val += qd;
+            }
+            if (i == (ct - 1) * P.n) val += gL * ht + sd;
             out[i] = val;
         }
     }
@@ -1807,6 +1999,160 @@ template <typename IT, bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2
     if (tid < 32 && P.dg) dg_scan(P, c, S.dGr);
 }
 
+/* ---------------------------------------------------------------- 7c. bwd_b, fast path */
+/* k_bwd_b_hh (householder mode) for bf16 with K and V multiples of 64 (K == KP, V == VP) and
+ * 16-byte aligned rows: 64 x 64 tiles at compile time; every product's fragment stays in registers
+ * through its epilogue (dX_v, E and dK_w no longer pass through fp32 shared tiles), and each
+ * thread sums its share of the dbeta and dG row dots over all stages. Rounding differs from
+ * k_bwd_b_hh only where that kernel rounds an intermediate to bf16 (dT in two steps, dK_w before
+ * dk); here they stay fp32. Stages as there: dW|k per K tile, dDelta|v per V tile, dW|k|dK_w per K
+ * tile, the next stage's tiles in flight while one is computed. */
+struct BwdBFastSmem {
+    static constexpr int TILE = 64 * LDT;
+    static constexpr int NSCAL = 4 * 64 + 2 * 128; /* Gs, br, gam, dGr [64]; pdb, pdg [64][2] */
+    /* A, B, C of two stages; T, dT, Y, D, diag(beta) D, the output staging */
+    static constexpr size_t BYTES = NSCAL * 4 + (size_t)12 * TILE * 2;
+};
+
+__global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(Params P) {
+    using SM = BwdBFastSmem;
+    extern __shared__ __align__(16) char smem[];
+    ChunkCtx c;
+    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    const int nkt = P.nkt, nvt = P.nvt, NS = 2 * nkt + nvt, lc = c.lc, tid = threadIdx.x, warp = tid >> 5;
+    const int lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    float *Gs = (float *)smem, *br = Gs + 64, *gam = br + 64, *dGr = gam + 64, *pdb = dGr + 64, *pdg = pdb + 128;
+    bf16_t *buf = (bf16_t *)(smem + SM::NSCAL * 4);
+    auto Ab = [&](int b) { return buf + (3 * b) * SM::TILE; };
+    auto Bb = [&](int b) { return buf + (3 * b + 1) * SM::TILE; };
+    auto Cb = [&](int b) { return buf + (3 * b + 2) * SM::TILE; };
+    bf16_t *Top = buf + 6 * SM::TILE, *dTop = Top + SM::TILE, *Yop = dTop + SM::TILE, *Dop = Yop + SM::TILE;
+    bf16_t *Dp = Dop + SM::TILE, *Ost = Dp + SM::TILE;
+    const bf16_t *dWg = (const bf16_t *)P.dW + c.ch * P.sW, *dDg = (const bf16_t *)P.dD + c.ch * P.sD;
+    const bf16_t *dKwg = (const bf16_t *)P.dKw + c.ch * P.sW;
+    const int64_t kstride = (int64_t)P.H * P.K, vstride = (int64_t)P.H * P.V;
+    const int64_t row0 = (int64_t)c.tok0 * P.n * P.H + c.h; /* the chunk's first slot row, counted in rows of one head */
+    const bf16_t *kg = (const bf16_t *)P.k + row0 * P.K, *vg = (const bf16_t *)P.v + row0 * P.V;
+    auto issue = [&](int st, int b) {
+        if (st < nkt || st >= nkt + nvt) {
+            const int c0 = (st < nkt ? st : st - nkt - nvt) * GDP_TILE;
+            cp_tile16<64, 64>(Ab(b), LDT, dWg + c0, P.KP);
+            cp_token_rows<64, 64>(Bb(b), LDT, kg + c0, kstride, lc);
+            if (st >= nkt) cp_tile16<64, 64>(Cb(b), LDT, dKwg + c0, P.KP);
+        } else {
+            const int v0 = (st - nkt) * GDP_TILE;
+            cp_tile16<64, 64>(Ab(b), LDT, dDg + v0, P.VP);
+            cp_token_rows<64, 64>(Bb(b), LDT, vg + v0, vstride, lc);
+        }
+        cp_commit();
+    };
+    cp_tile16<64, 64>(Top, LDT, (const bf16_t *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK), GDP_CHUNK);
+    issue(0, 0);
+    load_gates<bf16_t>(P, c, Gs, br);
+    const int m1 = (warp >> 1) * 16, n1 = (warp & 1) * 32; /* every product here is 64 x 64 */
+    auto zero = [](float(&a)[4][4]) {
+#pragma unroll
+        for (int i = 0; i < 16; i++) a[i >> 2][i & 3] = 0.f;
+    };
+    float aT1[4][4], aT2[4][4];
+    zero(aT1);
+    zero(aT2);
+    float db0 = 0.f, db1 = 0.f, dg0 = 0.f, dg1 = 0.f; /* shares of rows m1 + g and m1 + g + 8 */
+    for (int st = 0; st < NS; st++) {
+        const int b = st & 1;
+        cp_wait<0>();
+        __syncthreads(); /* stage st's tiles are in, and every warp is past stage st - 1 */
+        if (st + 1 < NS) issue(st + 1, b ^ 1);
+        if (st == 0 && tid < 64) gam[tid] = tid < lc ? __expf(Gs[tokof(P, tid)]) : 0.f;
+        const bf16_t *A = Ab(b), *Bt = Bb(b), *C = Cb(b);
+        if (st < nkt) {
+            warp_mma<4, false, true>(aT1, A, LDT, Bt, LDT, GDP_TILE, m1, n1); /* dW R^T */
+        } else if (st < nkt + nvt) {
+            const int v0 = (st - nkt) * GDP_TILE;
+            warp_mma<4, false, true>(aT2, A, LDT, Bt, LDT, GDP_TILE, m1, n1); /* dDelta v^T */
+            float X[4][4];
+            zero(X);
+            warp_mma<4, true, false>(X, Top, LDT, A, LDT, 64, m1, n1); /* dX_v = T^T dDelta */
+            frag_rowdot_acc(X, Bt, LDT, m1, n1, db0, db1);
+            frag_each(X, m1, n1, [&](int r, int, float &v) { v *= br[r]; });
+            frag_to_smem(X, Ost, LDT, m1, n1);
+            const bool last = st == nkt + nvt - 1;
+            if (last) { /* dT, masked to the earlier rows: (dW R^T) diag(beta gamma) + (dDelta v^T) diag(beta) */
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int i = m1 + g + (e >> 1) * 8, j = n1 + nt * 8 + 2 * tq + (e & 1);
+                        aT1[nt][e] = i < lc && j < i ? (aT1[nt][e] * gam[j] + aT2[nt][e]) * br[j] : 0.f;
+                    }
+                frag_to_smem(aT1, dTop, LDT, m1, n1);
+            }
+            __syncthreads();
+            for_pieces16<64, 64>([&](int i, int x) {
+                if (i < lc) *(uint4 *)((bf16_t *)P.dv + row0 * P.V + i * vstride + v0 + x) = *(const uint4 *)(Ost + i * LDT + x);
+            });
+            if (last) { /* dA = -T^T dT T^T; D = dA o E (gates of earlier rows), Dp = diag(beta) D */
+                float Y[4][4];
+                zero(Y);
+                warp_mma<4, false, true>(Y, dTop, LDT, Top, LDT, 64, m1, n1);
+                frag_to_smem(Y, Yop, LDT, m1, n1);
+                __syncthreads();
+                zero(Y);
+                warp_mma<4, true, false>(Y, Top, LDT, Yop, LDT, 64, m1, n1);
+                frag_each(Y, m1, n1, [&](int i, int j, float &v) {
+                    v = i < lc && j < i ? -v * __expf(Gs[tokof(P, i)] - Gs[tokof(P, j)]) : 0.f;
+                });
+                frag_to_smem(Y, Dop, LDT, m1, n1);
+                frag_each(Y, m1, n1, [&](int i, int, float &v) { v *= br[i]; });
+                frag_to_smem(Y, Dp, LDT, m1, n1);
+            }
+        } else {
+            const int c0 = (st - nkt - nvt) * GDP_TILE;
+            float E[4][4], Q[4][4];
+            zero(E);
+            zero(Q);
+            warp_mma<4, true, false>(E, Top, LDT, A, LDT, 64, m1, n1); /* dX_r = T^T dW */
+            frag_each(E, m1, n1, [&](int r, int, float &v) { v *= gam[r]; });
+            warp_mma<4, false, false>(E, Dop, LDT, Bt, LDT, 64, m1, n1); /* E = gamma dX_r + D Kw */
+            warp_mma<4, true, false>(Q, Dp, LDT, Bt, LDT, 64, m1, n1);  /* Dp^T R */
+            float e0 = 0.f, e1 = 0.f, y0 = 0.f, y1 = 0.f;
+            frag_rowdot_acc(E, Bt, LDT, m1, n1, e0, e1);
+            frag_rowdot_acc(Q, Bt, LDT, m1, n1, y0, y1);
+            db0 += e0;
+            db1 += e1;
+            dg0 += br[m1 + g] * e0 - y0;
+            dg1 += br[m1 + g + 8] * e1 - y1;
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) { /* dk = beta E + dK_w (bwd_a's part + Dp^T R) */
+                    const int r = m1 + g + hh * 8, x = n1 + nt * 8 + 2 * tq;
+                    const float2 cw = __bfloat1622float2(*(const __nv_bfloat162 *)(C + r * LDT + x));
+                    E[nt][2 * hh] = br[r] * E[nt][2 * hh] + (cw.x + Q[nt][2 * hh]);
+                    E[nt][2 * hh + 1] = br[r] * E[nt][2 * hh + 1] + (cw.y + Q[nt][2 * hh + 1]);
+                }
+            frag_to_smem(E, Ost, LDT, m1, n1);
+            __syncthreads();
+            for_pieces16<64, 64>([&](int i, int x) {
+                if (i < lc) *(uint4 *)((bf16_t *)P.dk + row0 * P.K + i * kstride + c0 + x) = *(const uint4 *)(Ost + i * LDT + x);
+            });
+        }
+    }
+    /* dbeta; dG with bwd_a's gate parts, then dg by a reverse scan over the chunk's tokens */
+    quad_rows_out(db0, db1, m1, n1 >> 5, pdb, 2);
+    quad_rows_out(dg0, dg1, m1, n1 >> 5, pdg, 2);
+    __syncthreads();
+    const float *dga = P.dGa + c.ch * (int64_t)nkt * GDP_CHUNK;
+    if (tid < 64) {
+        float sum = pdg[2 * tid] + pdg[2 * tid + 1];
+        for (int kt = 0; kt < nkt; kt++) sum += dga[kt * GDP_CHUNK + tid];
+        dGr[tid] = sum;
+        if (tid < lc) ((bf16_t *)P.dbeta)[row0 + (int64_t)tid * P.H] = fromf<bf16_t>(pdb[2 * tid] + pdb[2 * tid + 1]);
+    }
+    __syncthreads();
+    if (tid < 32 && P.dg) dg_scan(P, c, dGr);
+}
+
 /* ---------------------------------------------------------------- 8. dmask */
 __global__ void k_dmask(Params P) {
     const int h = blockIdx.x, rr = P.n * P.n, total = P.seq[P.N].c0;
@@ -2005,6 +2351,21 @@ static int pick_fast_bv(const GdpPlan &pl, const char *env, const int *cands, in
     return want && want != best_bv ? 0 : best_bv;
 }
 
+/* The fast bwd_a and bwd_b (bf16): GDP_GENERIC_BWD=1 keeps the generic kernels, for comparison. */
+template <typename IT> static bool use_fast_bwd() {
+    return std::is_same<IT, __nv_bfloat16>::value && !env_on("GDP_GENERIC_BWD");
+}
+static void (*bwd_a_fast_kernel(int ctp))(Params) {
+    return ctp == 16 ? k_bwd_a_fast<16> : ctp == 32 ? k_bwd_a_fast<32> : ctp == 64 ? k_bwd_a_fast<64> : nullptr;
+}
+/* the fast bwd_a and bwd_b (bf16): K and V whole 64-column tiles, 16-byte rows */
+static bool fast_bwd_shape(const GdpPlan &pl, const Params &P) {
+    return pl.K == pl.KP && pl.V == pl.VP && pl.K % GDP_TILE == 0 && pl.V % GDP_TILE == 0 && P.veck && P.vecv;
+}
+static size_t bwd_a_fast_smem(int ctp) {
+    return ctp == 16 ? BwdAFastSmem<16>::BYTES : ctp == 32 ? BwdAFastSmem<32>::BYTES : BwdAFastSmem<64>::BYTES;
+}
+
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 static GdpStatus check_common(const char *who, const GdpDesc *d) {
@@ -2173,10 +2534,18 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
     env_bv<IT>(pl, true, false, P);
     s = launch_dh<IT>(who, pl, P, st);
     if (s != GDP_OK) return s;
-    LAUNCH(k_bwd_a<IT>, dim3(P.NCmax, P.H, P.nkt), BwdASmem<IT>::carve(nullptr, pl.Ctp, pl.nvt, nullptr));
+    const bool fast_bwd = use_fast_bwd<IT>() && fast_bwd_shape(pl, P);
+    if (fast_bwd && bwd_a_fast_kernel(pl.Ctp)) {
+        s = launch(who, "k_bwd_a_fast", bwd_a_fast_kernel(pl.Ctp), dim3(P.NCmax, P.H, P.nkt), bwd_a_fast_smem(pl.Ctp), st, P);
+        if (s != GDP_OK) return s;
+    } else {
+        LAUNCH(k_bwd_a<IT>, dim3(P.NCmax, P.H, P.nkt), BwdASmem<IT>::carve(nullptr, pl.Ctp, pl.nvt, nullptr));
+    }
     const int rr = d->mode == GDP_MODE_SPLIT ? d->n * d->n : 0;
     const size_t sbh = BwdBhSmem<IT>::carve(nullptr, rr, nullptr);
-    if (d->mode == GDP_MODE_HOUSEHOLDER && sbh <= (size_t)limit)
+    if (fast_bwd && d->mode == GDP_MODE_HOUSEHOLDER && BwdBFastSmem::BYTES <= (size_t)limit)
+        LAUNCH(k_bwd_b_fast, dim3(P.NCmax, P.H), BwdBFastSmem::BYTES);
+    else if (d->mode == GDP_MODE_HOUSEHOLDER && sbh <= (size_t)limit)
         LAUNCH((k_bwd_b_hh<IT, false>), dim3(P.NCmax, P.H), sbh);
     else if (d->mode == GDP_MODE_SPLIT && rr <= GDP_SPLIT_FAST_RR && sbh <= (size_t)limit)
         LAUNCH((k_bwd_b_hh<IT, true>), dim3(P.NCmax, P.H), sbh);
