@@ -1003,6 +1003,147 @@ __device__ __forceinline__ void cp_token_rows(bf16_t *s, int lds, const bf16_t *
     });
 }
 
+/* ---------------------------------------------------------------- 2c. prep, fast path */
+/* k_prep2 for bf16 with K == KP in {64, 128}, V == VP a multiple of 64 and 16-byte aligned rows;
+ * CTP = Ctp. The steps, products and roundings of k_prep2, with compile-time tiles: copies by
+ * shifts, the A and P masks applied to the fragments, W and U stored from the fragments, Kwd by
+ * 16-byte moves. Split mode keeps R in a buffer of its own. */
+template <int KP, int CTP> struct Prep2FastSmem {
+    static constexpr int LDK = KP + 8;
+    static constexpr size_t AFB = (size_t)2 * 64 * LDT * 2 > (size_t)64 * LDA * 4 ? (size_t)2 * 64 * LDT * 2 : (size_t)64 * LDA * 4;
+    static constexpr size_t OFF_AF = (4 * 64 + 768) * 4; /* after Gs, br, rowf, bg [64] and Zs [768] */
+    static constexpr size_t OFF_TF = OFF_AF + AFB;       /* Af, then T diag(beta gamma) and T diag(beta) */
+    static constexpr size_t OFF_KW = OFF_TF + (size_t)64 * LDA * 4;
+    static size_t bytes(bool split, int VP) {
+        const size_t qv = (size_t)CTP * LDK > (size_t)64 * (VP + 8) ? (size_t)CTP * LDK : (size_t)64 * (VP + 8);
+        return OFF_KW + (size_t)(split ? 2 : 1) * 64 * LDK * 2 + qv * 2;
+    }
+};
+
+template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep2_fast(Params P) {
+    using SM = Prep2FastSmem<KP, CTP>;
+    constexpr int LDK = SM::LDK, PW = CTP == 64 ? 32 : 16, PCT = 64 / PW, PTILES = (CTP / 16) * PCT;
+    extern __shared__ __align__(16) char smem[];
+    ChunkCtx c;
+    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    const bool hh = P.mode == GDP_MODE_HOUSEHOLDER;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, ct = c.ct, lc = c.lc;
+    const int ldv = P.VP + 8;
+    float *Gs = (float *)smem, *br = Gs + 64, *rowf = br + 64, *bg = rowf + 64, *Zs = bg + 64;
+    float *Af = (float *)(smem + SM::OFF_AF), *Tf = (float *)(smem + SM::OFF_TF);
+    bf16_t *Kw = (bf16_t *)(smem + SM::OFF_KW), *R = hh ? Kw : Kw + 64 * LDK, *QV = R + 64 * LDK;
+    /* raw keys (split mode: every row of a token holds the token's key; made into R and K_w below) */
+    for_pieces16<64, KP>([&](int r, int x) {
+        if (r < lc)
+            cp_async16(Kw + r * LDK + x, krow<bf16_t>(P, c.tok0, c.h, r) + x);
+        else
+            *(uint4 *)(Kw + r * LDK + x) = make_uint4(0, 0, 0, 0);
+    });
+    cp_token_rows<CTP, KP>(QV, LDK, (const bf16_t *)P.q + ((int64_t)c.tok0 * P.H + c.h) * KP, (int64_t)P.H * KP, ct);
+    cp_commit();
+    load_gates<bf16_t>(P, c, Gs, br);
+    cp_wait<0>();
+    __syncthreads();
+    if (!hh) {
+        split_keys<bf16_t>(P, c, Kw, LDK, R, LDK, 0, KP, true);
+        __syncthreads();
+    }
+    if (tid < 64) {
+        const float G = Gs[tokof(P, tid)];
+        rowf[tid] = tid < lc ? __expf(Gs[ct - 1] - G) : 0.f;
+        bg[tid] = br[tid] * __expf(G); /* beta gamma per row (0 past lc) */
+        P.G[c.ch * GDP_CHUNK + tid] = Gs[tid];
+    }
+    const int m1 = (warp >> 1) * 16, n1 = (warp & 1) * 32;
+    {
+        float aA[4][4];
+#pragma unroll
+        for (int i = 0; i < 16; i++) aA[i >> 2][i & 3] = 0.f;
+        warp_mma<4, false, true>(aA, R, LDK, Kw, LDK, KP, m1, n1);
+        frag_each(aA, m1, n1, [&](int i, int j, float v) {
+            float a = 0.f;
+            if (i < lc && j < lc && earlier(P, i, j)) a = br[i] * __expf(Gs[tokof(P, i)] - Gs[tokof(P, j)]) * v;
+            Af[i * LDA + j] = a;
+        });
+    }
+    if (warp < PTILES) {
+        const int mp = (warp / PCT) * 16, np = (warp % PCT) * PW;
+        float aP[PW / 8][4];
+#pragma unroll
+        for (int i = 0; i < PW / 2; i++) aP[i >> 2][i & 3] = 0.f;
+        warp_mma<PW / 8, false, true>(aP, QV, LDK, Kw, LDK, KP, mp, np);
+        frag_each(aP, mp, np, [&](int t, int s2, float &v) {
+            const int ts = tokof(P, s2);
+            v = t < ct && s2 < lc && ts <= t ? P.scale * __expf(Gs[t] - Gs[ts]) * v : 0.f;
+        });
+        bf16_t *Pg = (bf16_t *)P.P + c.ch * P.sP;
+#pragma unroll
+        for (int nt = 0; nt < PW / 8; nt++)
+#pragma unroll
+            for (int h2 = 0; h2 < 2; h2++)
+                *(__nv_bfloat162 *)(Pg + (mp + g + h2 * 8) * 64 + np + nt * 8 + 2 * tq) =
+                    __floats2bfloat162_rn(aP[nt][2 * h2], aP[nt][2 * h2 + 1]);
+    }
+    __syncthreads();
+    /* V into QV (q is no longer needed) while Kwd is written and T solved */
+    for (int v0 = 0; v0 < P.VP; v0 += GDP_TILE)
+        for_pieces16<64, GDP_TILE>([&](int r, int x) {
+            if (r < lc)
+                cp_async16(QV + r * ldv + v0 + x, vrow<bf16_t>(P, c.tok0, c.h, r) + v0 + x);
+            else
+                *(uint4 *)(QV + r * ldv + v0 + x) = make_uint4(0, 0, 0, 0);
+        });
+    cp_commit();
+    {
+        bf16_t *Kwd = (bf16_t *)P.Kwd + c.ch * P.sW;
+        for_pieces16<64, KP>([&](int r, int x) {
+            float kv[8];
+            ld8(kv, Kw + r * LDK + x);
+#pragma unroll
+            for (int j = 0; j < 8; j++) kv[j] *= rowf[r];
+            st8(Kwd + r * KP + x, kv);
+        });
+    }
+    bf16_t *Tw = (bf16_t *)Af, *Tu = Tw + 64 * LDT;
+    bf16_t *Tg = P.Tsave ? (bf16_t *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK) : nullptr;
+    solve_T(Af, Tf, Zs, [&](int i, int j, float t0, float t1) {
+        /* Af is dead once the merges are done (solve_T syncs before calling conv) */
+        store2(Tw + i * LDT + j, t0 * bg[j], t1 * bg[j + 1]);
+        store2(Tu + i * LDT + j, t0 * br[j], t1 * br[j + 1]);
+        if (Tg) store2(Tg + i * 64 + j, t0, t1);
+    });
+    {
+        constexpr int NTW = KP / 16; /* a warp's 16 x KP/2 share of W = T diag(beta gamma) R */
+        const int nw = (warp & 1) * (KP / 2);
+        float aW[NTW][4];
+#pragma unroll
+        for (int i = 0; i < NTW * 4; i++) aW[i >> 2][i & 3] = 0.f;
+        warp_mma<NTW, false, false>(aW, Tw, LDT, R, LDK, 64, m1, nw);
+        bf16_t *Wg = (bf16_t *)P.W + c.ch * P.sW;
+#pragma unroll
+        for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+            for (int h2 = 0; h2 < 2; h2++)
+                *(__nv_bfloat162 *)(Wg + (m1 + g + h2 * 8) * KP + nw + nt * 8 + 2 * tq) =
+                    __floats2bfloat162_rn(aW[nt][2 * h2], aW[nt][2 * h2 + 1]);
+    }
+    cp_wait<0>();
+    __syncthreads();
+    bf16_t *Ug = (bf16_t *)P.U + c.ch * P.sU;
+    for (int v0 = 0; v0 < P.VP; v0 += GDP_TILE) { /* U = T diag(beta) V */
+        float aU[4][4];
+#pragma unroll
+        for (int i = 0; i < 16; i++) aU[i >> 2][i & 3] = 0.f;
+        warp_mma<4, false, false>(aU, Tu, LDT, QV + v0, ldv, 64, m1, n1);
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int h2 = 0; h2 < 2; h2++)
+                *(__nv_bfloat162 *)(Ug + (int64_t)(m1 + g + h2 * 8) * P.VP + v0 + n1 + nt * 8 + 2 * tq) =
+                    __floats2bfloat162_rn(aU[nt][2 * h2], aU[nt][2 * h2 + 1]);
+    }
+}
+
 template <int KP, int BV> struct StateFastSmem {
     static constexpr int LDK = KP + 8, LDS = BV + 8;
     static constexpr size_t STAGE = 256 + 2 * (size_t)64 * LDK * 2 + (size_t)64 * LDS * 2;
@@ -2295,11 +2436,17 @@ static bool env_on(const char *name) {
     return e && *e && *e != '0';
 }
 
-/* bf16 only (the f32 path is for accuracy); GDP_GENERIC_SEQ=1 keeps the generic sequential
- * kernels, for comparison. */
-template <typename IT> static bool use_fast_seq() {
-    return std::is_same<IT, __nv_bfloat16>::value && !env_on("GDP_GENERIC_SEQ");
+/* The fast kernels are bf16 only (the f32 path is for accuracy). GDP_GENERIC in the environment keeps
+ * the generic kernels of the parts it names, for comparison: a list of prep, seq (state and dh),
+ * bwd (bwd_a and bwd_b), or all. */
+static bool generic_part(const char *part) {
+    const char *e = getenv("GDP_GENERIC");
+    return e && (strstr(e, part) || strstr(e, "all"));
 }
+template <typename IT> static bool use_fast(const char *part) {
+    return std::is_same<IT, __nv_bfloat16>::value && !generic_part(part);
+}
+template <typename IT> static bool use_fast_seq() { return use_fast<IT>("seq"); }
 static void (*state_fast_kernel(int KP, int bv, int ns))(Params) {
 #define GDP_SF(kp, b)                                                                   \
     if (KP == kp && bv == b) return ns == 3 ? k_state_fast<kp, b, 3> : k_state_fast<kp, b, 2>;
@@ -2351,15 +2498,25 @@ static int pick_fast_bv(const GdpPlan &pl, const char *env, const int *cands, in
     return want && want != best_bv ? 0 : best_bv;
 }
 
-/* The fast bwd_a and bwd_b (bf16): GDP_GENERIC_BWD=1 keeps the generic kernels, for comparison. */
-template <typename IT> static bool use_fast_bwd() {
-    return std::is_same<IT, __nv_bfloat16>::value && !env_on("GDP_GENERIC_BWD");
+static void (*prep2_fast_kernel(int KP, int ctp))(Params) {
+#define GDP_PF(kp)                                                                                          \
+    if (KP == kp) return ctp == 16 ? k_prep2_fast<kp, 16> : ctp == 32 ? k_prep2_fast<kp, 32> : ctp == 64 ? k_prep2_fast<kp, 64> : nullptr;
+    GDP_PF(128) GDP_PF(64)
+#undef GDP_PF
+    return nullptr;
+}
+static size_t prep2_fast_smem(int KP, int ctp, bool split, int VP) {
+#define GDP_PS(kp, c) \
+    if (KP == kp && ctp == c) return Prep2FastSmem<kp, c>::bytes(split, VP);
+    GDP_PS(128, 16) GDP_PS(128, 32) GDP_PS(128, 64) GDP_PS(64, 16) GDP_PS(64, 32) GDP_PS(64, 64)
+#undef GDP_PS
+    return 0;
 }
 static void (*bwd_a_fast_kernel(int ctp))(Params) {
     return ctp == 16 ? k_bwd_a_fast<16> : ctp == 32 ? k_bwd_a_fast<32> : ctp == 64 ? k_bwd_a_fast<64> : nullptr;
 }
-/* the fast bwd_a and bwd_b (bf16): K and V whole 64-column tiles, 16-byte rows */
-static bool fast_bwd_shape(const GdpPlan &pl, const Params &P) {
+/* the shapes of the fast prep, bwd_a and bwd_b: K and V whole 64-column tiles, 16-byte rows */
+static bool fast_shape(const GdpPlan &pl, const Params &P) {
     return pl.K == pl.KP && pl.V == pl.VP && pl.K % GDP_TILE == 0 && pl.V % GDP_TILE == 0 && P.veck && P.vecv;
 }
 static size_t bwd_a_fast_smem(int ctp) {
@@ -2440,7 +2597,12 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
     GDP_CU(cudaGetLastError());
     const size_t sp2 = Prep2Smem<IT>::carve(nullptr, pl.KP, pl.VP, pl.Ctp, P.mode == GDP_MODE_SPLIT, nullptr);
     const size_t ss = StateSmem<IT>::carve(nullptr, pl.KP, P.bv, P.nst, pl.Ctp, P.fuse_out, nullptr);
-    if (sp2 <= (size_t)limit)
+    const bool split = P.mode == GDP_MODE_SPLIT;
+    const size_t spf = prep2_fast_smem(pl.KP, pl.Ctp, split, pl.VP);
+    if (use_fast<IT>("prep") && fast_shape(pl, P) && prep2_fast_kernel(pl.KP, pl.Ctp) && spf <= (size_t)limit) {
+        GdpStatus s = launch(who, "k_prep2_fast", prep2_fast_kernel(pl.KP, pl.Ctp), dim3(P.NCmax, P.H), spf, st, P);
+        if (s != GDP_OK) return s;
+    } else if (sp2 <= (size_t)limit)
         LAUNCH(k_prep2<IT>, dim3(P.NCmax, P.H), sp2);
     else
         LAUNCH(k_prep<IT>, dim3(P.NCmax, P.H), PrepSmem<IT>::carve(nullptr, nullptr));
@@ -2534,7 +2696,7 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
     env_bv<IT>(pl, true, false, P);
     s = launch_dh<IT>(who, pl, P, st);
     if (s != GDP_OK) return s;
-    const bool fast_bwd = use_fast_bwd<IT>() && fast_bwd_shape(pl, P);
+    const bool fast_bwd = use_fast<IT>("bwd") && fast_shape(pl, P);
     if (fast_bwd && bwd_a_fast_kernel(pl.Ctp)) {
         s = launch(who, "k_bwd_a_fast", bwd_a_fast_kernel(pl.Ctp), dim3(P.NCmax, P.H, P.nkt), bwd_a_fast_smem(pl.Ctp), st, P);
         if (s != GDP_OK) return s;

@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call that checks and measures the Gated DeltaProduct op: build, the op's GPU tests and
 # compute-sanitizer (memcheck, racecheck) on a small case, per-kernel times at the bench shape
-# (H 16) and the base model's (H 6), the variants that the environment selects (GDP_GENERIC_SEQ,
+# (H 16) and the base model's (H 6), the variants that the environment selects (GDP_GENERIC,
 # GDP_STATE_NS3, GDP_BV_STATE, GDP_BV_DH, GDP_UNFUSED_OUTPUT), base-model training tokens/s,
 # gdp next to fla (bench/vs_fla.py, fla from .carry/fla), ncu counters (GDP_NCU=1) and ncu's
 # per-instruction stall samples of bwd_a, bwd_b and prep2 (GDP_NCU_SOURCE=1: reports and CSV in $OUT).
@@ -22,7 +22,7 @@ G=build/gdp
 if ! skip tests; then # the op's tests with the picked V tiles, then with each fast kernel width forced
     # (small test shapes run the forward's fused generic state pass; GDP_UNFUSED_OUTPUT=1 sends them
     # through the fast state kernel and the output kernel, as large shapes go)
-    for envs in "" "GDP_UNFUSED_OUTPUT=1" "GDP_BV_DH=128" "GDP_BV_DH=64 GDP_BV_STATE=64" "GDP_BV_DH=32 GDP_BV_STATE=32"; do
+    for envs in "" "GDP_GENERIC=all" "GDP_UNFUSED_OUTPUT=1" "GDP_BV_DH=128" "GDP_BV_DH=64 GDP_BV_STATE=64" "GDP_BV_DH=32 GDP_BV_STATE=32"; do
         t=$(date +%s)
         env $envs timeout 150 build/tests/gpu/test_gpu_gdp > "$OUT/test_gdp.log" 2>&1
         r=$?; grep -E "FAIL" "$OUT/test_gdp.log" | head -8

@@ -520,7 +520,8 @@ static int sanitize_main(void) {
     const RandCase cs[] = {
         {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 32, 32, 3, 1, 1, 2},
         {GDP_MODE_SPLIT, 1, 40, 1, 64, 32, 2, 1, 1, 0},
-        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 64, 2, 1, 1, 2}, /* the bf16 fast sequential kernels */
+        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 64, 2, 1, 1, 2}, /* the bf16 fast kernels */
+        {GDP_MODE_SPLIT, 1, 50, 1, 128, 64, 2, 1, 1, 0},       /* the same, split mode */
     };
     for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) {
         RandData r;
