@@ -5,10 +5,11 @@
  * the same pass; a deterministic column sum folds the partials into dw. Float math whatever the storage
  * type, and the same operations in the same order per channel whatever V: every V gives the same bits.
  *
- * V > 1 is for bf16: with V = 1 a warp moves only 64 bytes per time step and tensor, half a cache line
- * per load, so the memory requests in flight, not the bytes, bound the kernels. bf16 takes the widest V
- * (up to 16-byte loads) that C and the tensors' alignment allow, capped by the registers of the windows
- * (conv_fwd_max_vec / conv_bwd_max_vec); f32, odd C and misaligned tensors keep V = 1.
+ * V > 1 is for bf16: with V = 1 a warp moves only 64 bytes per time step and tensor (half a cache line
+ * per load) and each 2-byte element pays its own load, store and index arithmetic; in a training profile
+ * (H200, B 8, T 2048) those kernels ran at about a third of the memory bandwidth. bf16 takes the widest
+ * V that C and the tensors' alignment allow, up to the measured best (conv_fwd_max_vec /
+ * conv_bwd_max_vec); f32, odd C and misaligned tensors keep V = 1.
  *
  * The kernels are compiled for a window of KW taps: KW = 4 (the default conv_size) exactly, and
  * KW = CONV1D_MAX_W for any other W, with w right-aligned in the window (tap i at KW - W + i) and zero
@@ -26,12 +27,16 @@
  * 8 and 16 cost the backward occupancy (registers) and were slower. */
 #define CONV_STEPS 4
 
-/* Most channels a thread takes: each channel keeps 2 * KW window floats forward and 4 * KW backward.
- * ptxas -v, sm_90, KW = 4: forward V = 8 takes 120 registers; backward V = 4 162 (3 blocks per SM) and
- * V = 8 spills; KW = 8 halves both. f32 rows already fill a cache line per warp with V = 1. Untimed
- * guesses: tests/gpu/test_gpu_conv (GDP_CONV_BENCH=1) times every V on the same shapes. */
-template <typename T, int KW> constexpr int conv_fwd_max_vec() { return sizeof(T) != 2 ? 1 : KW <= 4 ? 8 : 4; }
-template <typename T, int KW> constexpr int conv_bwd_max_vec() { return sizeof(T) != 2 ? 1 : KW <= 4 ? 4 : 2; }
+/* Most channels a thread takes. Measured on the H200 (tests/gpu/test_gpu_conv, GDP_CONV_BENCH=1; B 8,
+ * T 2048, bf16, W 4, silu; ms at C 768 / 1536 / 2304):
+ *   forward  V 1: 0.047 / 0.081 / 0.116   V 2: 0.044 / 0.074 / 0.103   V 4: 0.058 / 0.084 / 0.123
+ *            V 8: 0.066 / 0.130 / 0.190
+ *   backward V 1: 0.073 / 0.129 / 0.188   V 2: 0.094 / 0.157 / 0.224   V 4: 0.142 / 0.199 / 0.321
+ * so bf16 takes V 2 forward and stays at one channel backward. Wider V leaves fewer threads (a grid of
+ * C / (128 V) blocks per segment, the last one partly idle) and more registers per thread (backward
+ * V 4: 162); none of them reached half the memory bandwidth, which needs another layout. */
+template <typename T, int KW> constexpr int conv_fwd_max_vec() { return sizeof(T) != 2 ? 1 : 2; }
+template <typename T, int KW> constexpr int conv_bwd_max_vec() { return 1; }
 
 /* V adjacent channels of one time step: one load or store of V * sizeof(T) bytes. */
 template <typename T, int V> struct alignas(sizeof(T) * V) ConvVec {

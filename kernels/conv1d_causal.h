@@ -6,7 +6,8 @@
  *   dx[b,t,c] = sum_{i<W, t+W-1-i < T} w[c,i] * dpre[b, t+W-1-i, c];
  *   dw[c,i]   = sum_{b,t} dpre[b,t,c] * x[b, t-W+1+i, c].
  * Both walk time in segments of conv1d_causal_seg_len(B, T) steps per batch row (on CUDA a thread per
- * (channel, segment, batch row) with sliding windows of x and dpre in registers). dw is reduced
+ * (channel, segment, batch row), or per 2 to 8 adjacent channels for bf16 when C and the alignment allow,
+ * with sliding windows of x and dpre in registers). dw is reduced
  * deterministically: on CUDA every (batch row, segment) writes float partials [C * W] into `partial`
  * (conv1d_causal_dw_chunks(B, T) * C * W floats of device scratch), summed afterwards in a fixed order.
  * W is at most CONV1D_MAX_W. dx or dw NULL skips that gradient (partial may then be NULL too);

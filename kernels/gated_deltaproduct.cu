@@ -362,21 +362,41 @@ template <class Conv> __device__ void solve_T(const float *Af, float *Tf, float 
         for (int i = 0; i < 16; i++) Tf[(o + i) * LDA + o + j] = x[i];
     }
     __syncthreads();
+    /* Block merges, level d: Z = A[I, J..I) T[J..I, J], then T[I, J] = -T[I, I] Z, for I = J + d.
+     * A thread makes a 2 x 2 piece of a 16 x 16 block, so each operand read from shared memory
+     * serves two products (the merges were bound by shared-memory loads); every element is still
+     * one fp32 sum in ascending m. */
     for (int d = 1; d < 4; d++) {
         const int nb = 4 - d;
-        for (int e = tid; e < nb * 256; e += blockDim.x) {
-            const int J = e >> 8, I = J + d, r = (e >> 4) & 15, cc = e & 15;
-            float s = 0.f;
-            for (int m = 16 * J; m < 16 * I; m++) s += Af[(16 * I + r) * LDA + m] * Tf[m * LDA + 16 * J + cc];
-            Zs[e] = s;
+        for (int e = tid; e < nb * 64; e += blockDim.x) {
+            const int J = e >> 6, I = J + d, r = ((e >> 3) & 7) * 2, cc = (e & 7) * 2;
+            const float *a0 = Af + (16 * I + r) * LDA, *a1 = a0 + LDA, *tc = Tf + 16 * J + cc;
+            float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
+            for (int m = 16 * J; m < 16 * I; m++) {
+                const float x0 = a0[m], x1 = a1[m], y0 = tc[m * LDA], y1 = tc[m * LDA + 1];
+                s00 += x0 * y0;
+                s01 += x0 * y1;
+                s10 += x1 * y0;
+                s11 += x1 * y1;
+            }
+            float *z = Zs + (J << 8) + r * 16 + cc;
+            z[0] = s00, z[1] = s01, z[16] = s10, z[17] = s11;
         }
         __syncthreads();
-        for (int e = tid; e < nb * 256; e += blockDim.x) {
-            const int J = e >> 8, I = J + d, r = (e >> 4) & 15, cc = e & 15;
-            float s = 0.f;
+        for (int e = tid; e < nb * 64; e += blockDim.x) {
+            const int J = e >> 6, I = J + d, r = ((e >> 3) & 7) * 2, cc = (e & 7) * 2;
+            const float *t0 = Tf + (16 * I + r) * LDA + 16 * I, *t1 = t0 + LDA, *z = Zs + (J << 8) + cc;
+            float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
 #pragma unroll
-            for (int m = 0; m < 16; m++) s += Tf[(16 * I + r) * LDA + 16 * I + m] * Zs[(J << 8) + (m << 4) + cc];
-            Tf[(16 * I + r) * LDA + 16 * J + cc] = -s;
+            for (int m = 0; m < 16; m++) {
+                const float x0 = t0[m], x1 = t1[m], y0 = z[m << 4], y1 = z[(m << 4) + 1];
+                s00 += x0 * y0;
+                s01 += x0 * y1;
+                s10 += x1 * y0;
+                s11 += x1 * y1;
+            }
+            float *o = Tf + (16 * I + r) * LDA + 16 * J + cc;
+            o[0] = -s00, o[1] = -s01, o[LDA] = -s10, o[LDA + 1] = -s11;
         }
         __syncthreads();
     }

@@ -6,10 +6,11 @@
 # gdp next to fla (bench/vs_fla.py, fla from .carry/fla), ncu counters (GDP_NCU=1) and ncu's
 # per-instruction stall samples of bwd_a, bwd_b and prep2 (GDP_NCU_SOURCE=1: reports and CSV in $OUT).
 # Logs under $OUT; a short table last. SKIP='name|…' leaves steps out (build, tests, sanitizer,
-# profile, variants, testgpu, train, vsfla, ncu). Carry .carry (fla) and data_cache/gcide for train.
+# profile, variants, conv, testgpu, train, vsfla, ncu); TRAIN_NH lists the n_h of the training runs,
+# TRAIN_SELECTIVE_ONLY=1 runs only their --selective-recompute variant. Carry .carry (fla) and data_cache/gcide for train.
 set -u
 export PATH=$PATH:/usr/local/cuda/bin OMP_WAIT_POLICY=passive PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-OUT=${OUT:-/tmp/gdp_gpu_perf}; mkdir -p "$OUT"
+OUT=${OUT:-/tmp/gdp_gpu_perf}; mkdir -p "$OUT"; PROFILE_EXTRA=${PROFILE_EXTRA:-}
 T0=$(date +%s); rows=()
 row() { rows+=("$1"); echo "== $1"; }
 skip() { [[ -n "${SKIP:-}" && "$1" =~ ^(${SKIP})$ ]]; }
@@ -51,14 +52,18 @@ if ! skip profile; then
 fi
 if ! skip variants; then
     bench "H16" -- --H 16 --n 1,2,3
-    bench "H16 bv_dh=64" GDP_BV_DH=64 -- --H 16 --n 2
+    bench "H16 GDP_GENERIC=all" GDP_GENERIC=all -- --H 16 --n 1,2,3
     bench "H6" -- --H 6 --n 1,2,3
-    bench "H6 bv_dh=128" GDP_BV_DH=128 -- --H 6 --n 2
     bench "T8192 B2" -- --B 2 --T 8192 --n 1,2,3
-    bench "T8192 B2 bv 64" GDP_BV_DH=64 GDP_BV_STATE=64 -- --B 2 --T 8192 --n 2
     bench "K64" -- --K 64 --V 64 --n 1,2,3
     bench "K256" -- --K 256 --V 256 --n 1,2,3
     bench "split r2 H16" -- --H 16 --n 2 --mode split
+fi
+if ! skip conv; then # the conv (+SiLU) kernels against the CPU path, then their times per channel width
+    make -j16 build/tests/gpu/test_gpu_conv > "$OUT/build_conv.log" 2>&1
+    GDP_CONV_BENCH=1 timeout 120 build/tests/gpu/test_gpu_conv > "$OUT/conv.log" 2>&1
+    row "test_gpu_conv rc=$? $(grep -E 'passed' "$OUT/conv.log" | tail -1 | cut -c1-60)"
+    grep -iE "^ *(C|fwd|bwd|[0-9])" "$OUT/conv.log" | tail -12
 fi
 if ! skip testgpu; then
     t=$(date +%s)
@@ -68,7 +73,8 @@ fi
 if ! skip train; then
     timeout 60 $G prepare --input data_cache/gcide/gcide.dict.dz --out /tmp/gcide --vocab 4096 > "$OUT/prepare.log" 2>&1
     for nh in ${TRAIN_NH:-2 3 1}; do
-        for extra in "" --selective-recompute; do
+        modes=("" --selective-recompute); [ "${TRAIN_SELECTIVE_ONLY:-0}" = 1 ] && modes=(--selective-recompute)
+        for extra in "${modes[@]}"; do
             timeout 60 $G train --preset base --set num_householder=$nh --set vocab_size=32000 --device cuda --data /tmp/gcide \
                 --steps 10 --batch 8 --seq 2048 --eval-every 0 --print-every 1 $extra --out /tmp/run_$nh > "$OUT/train_$nh$extra.log" 2>&1
             row "$(printf 'train base n_h %s %-22s rc=%s %s, %s GiB' "$nh" "$extra" "$?" \
@@ -76,7 +82,7 @@ if ! skip train; then
                 "$(grep -oE 'GPU memory in use [0-9.]+' "$OUT/train_$nh$extra.log" | tail -1 | awk '{print $5}')")"
         done
     done
-    timeout 60 $G train --preset base --set vocab_size=32000 --device cuda --data /tmp/gcide --steps 4 --batch 8 --seq 2048 \
+    timeout 60 $G train --preset base --set num_householder=${PROFILE_NH:-2} --set vocab_size=32000 --device cuda --data /tmp/gcide --steps 4 --batch 8 --seq 2048 $PROFILE_EXTRA \
         --eval-every 0 --quiet --profile --out /tmp/run_prof > "$OUT/profile_train.log" 2>&1
     sed -n '/profile over/,$p' "$OUT/profile_train.log" | head -16
 fi
@@ -94,7 +100,7 @@ fi
 if [ "${GDP_NCU_SOURCE:-0}" = 1 ] && command -v ncu > /dev/null; then # per-instruction stall samples
     # The report (.ncu-rep, for the Nsight Compute GUI) and its SASS source page as gzipped CSV come
     # back in $OUT; a run with only this step and build stays within the 8 files that come back.
-    for k in k_bwd_a k_bwd_b_hh k_prep2; do
+    for k in ${NCU_SOURCE_KERNELS:-k_bwd_a_fast k_bwd_b_fast k_prep2_fast}; do
         timeout 120 ncu --clock-control none -k regex:$k -c 1 --section SourceCounters --section WarpStateStats \
             --import-source yes --export "$OUT/ncu_$k" -f $G bench op --H 16 --n 2 --iters 1 --warmup 0 > "/tmp/ncu_$k.log" 2>&1
         timeout 60 ncu -i "$OUT/ncu_$k.ncu-rep" --page source --csv --print-source sass > "/tmp/src_$k.csv" 2>&1
