@@ -2161,55 +2161,79 @@ template <typename IT, bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2
 }
 
 /* ---------------------------------------------------------------- 7c. bwd_b, fast path */
-/* k_bwd_b_hh (householder mode) for bf16 with K and V multiples of 64 (K == KP, V == VP) and
- * 16-byte aligned rows: 64 x 64 tiles at compile time; every product's fragment stays in registers
- * through its epilogue (dX_v, E and dK_w no longer pass through fp32 shared tiles), and each
- * thread sums its share of the dbeta and dG row dots over all stages. Rounding differs from
- * k_bwd_b_hh only where that kernel rounds an intermediate to bf16 (dT in two steps, dK_w before
- * dk); here they stay fp32. Stages as there: dW|k per K tile, dDelta|v per V tile, dW|k|dK_w per K
- * tile, the next stage's tiles in flight while one is computed. */
+/* k_bwd_b_hh for bf16 with K and V multiples of 64 (K == KP, V == VP) and 16-byte aligned rows:
+ * 64 x 64 tiles at compile time; every product's fragment stays in registers through its epilogue
+ * (dX_v, E and dK_w no longer pass through fp32 shared tiles in householder mode), and each thread
+ * sums its share of the dbeta and dG row dots over all stages. Rounding differs from k_bwd_b_hh only
+ * where that kernel rounds an intermediate to bf16 (dT in two steps; householder dK_w before dk);
+ * here they stay fp32. Stages as there: dW|k per K tile, dDelta|v per V tile, dW|k|dK_w per K tile,
+ * the next stage's tiles in flight while one is computed.
+ * SPLIT (n*n <= GDP_SPLIT_FAST_RR): R and K_w come from the raw key tile (split_keys; R in place in
+ * the first K pass, into dT's buffer in the last), and the sums over a token's rows (dv, dk, dM)
+ * read fp32 tiles: dX_v over Y|D (free until the last V tile's dA), E over the stage's dW tile and
+ * the output staging, 32 columns each. */
 struct BwdBFastSmem {
     static constexpr int TILE = 64 * LDT;
-    static constexpr int NSCAL = 4 * 64 + 2 * 128; /* Gs, br, gam, dGr [64]; pdb, pdg [64][2] */
+    /* Gs, br, gam, dGr [64]; pdb, pdg [64][2]; dM [GDP_SPLIT_FAST_RR] */
+    static constexpr int NSCAL = 4 * 64 + 2 * 128 + GDP_SPLIT_FAST_RR;
     /* A, B, C of two stages; T, dT, Y, D, diag(beta) D, the output staging */
     static constexpr size_t BYTES = NSCAL * 4 + (size_t)12 * TILE * 2;
 };
+static_assert(64 * LDF * 4 <= 2 * BwdBFastSmem::TILE * 2, "dX_v (fp32) fits over Y and D");
+static_assert(64 * 36 * 4 <= BwdBFastSmem::TILE * 2, "half of E (fp32) fits in one tile");
 
-__global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(Params P) {
+template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(Params P) {
     using SM = BwdBFastSmem;
+    constexpr int LDH = 36; /* 32-column fp32 halves of E (split mode) */
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
     if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
-    const int nkt = P.nkt, nvt = P.nvt, NS = 2 * nkt + nvt, lc = c.lc, tid = threadIdx.x, warp = tid >> 5;
-    const int lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int nkt = P.nkt, nvt = P.nvt, NS = 2 * nkt + nvt, lc = c.lc, ct = c.ct, n = P.n, tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, rr = SPLIT ? n * n : 0;
     float *Gs = (float *)smem, *br = Gs + 64, *gam = br + 64, *dGr = gam + 64, *pdb = dGr + 64, *pdg = pdb + 128;
+    float *dMs = pdg + 128;
     bf16_t *buf = (bf16_t *)(smem + SM::NSCAL * 4);
     auto Ab = [&](int b) { return buf + (3 * b) * SM::TILE; };
     auto Bb = [&](int b) { return buf + (3 * b + 1) * SM::TILE; };
     auto Cb = [&](int b) { return buf + (3 * b + 2) * SM::TILE; };
     bf16_t *Top = buf + 6 * SM::TILE, *dTop = Top + SM::TILE, *Yop = dTop + SM::TILE, *Dop = Yop + SM::TILE;
     bf16_t *Dp = Dop + SM::TILE, *Ost = Dp + SM::TILE;
+    float *Fv = (float *)Yop; /* split: dX_v of a V tile, fp32 [64][LDF] */
     const bf16_t *dWg = (const bf16_t *)P.dW + c.ch * P.sW, *dDg = (const bf16_t *)P.dD + c.ch * P.sD;
     const bf16_t *dKwg = (const bf16_t *)P.dKw + c.ch * P.sW;
     const int64_t kstride = (int64_t)P.H * P.K, vstride = (int64_t)P.H * P.V;
-    const int64_t row0 = (int64_t)c.tok0 * P.n * P.H + c.h; /* the chunk's first slot row, counted in rows of one head */
-    const bf16_t *kg = (const bf16_t *)P.k + row0 * P.K, *vg = (const bf16_t *)P.v + row0 * P.V;
+    const int64_t row0 = (int64_t)c.tok0 * n * P.H + c.h; /* householder: the chunk's first slot row, in rows of one head */
+    const int64_t tokrow0 = (int64_t)c.tok0 * P.H + c.h;  /* the chunk's first token row */
+    /* rows r < lc of k or v (width K or V) from column tile src0 */
+    auto rows_in = [&](bf16_t *dst, const bf16_t *src0, int width) {
+        if (!SPLIT) {
+            cp_token_rows<64, 64>(dst, LDT, src0 + row0 * width, (int64_t)P.H * width, lc);
+        } else { /* every row of a token holds the token's key or value */
+            for_pieces16<64, 64>([&](int r, int x) {
+                if (r < lc)
+                    cp_async16(dst + r * LDT + x, src0 + (tokrow0 + (int64_t)tokof(P, r) * P.H) * width + x);
+                else
+                    *(uint4 *)(dst + r * LDT + x) = make_uint4(0, 0, 0, 0);
+            });
+        }
+    };
     auto issue = [&](int st, int b) {
         if (st < nkt || st >= nkt + nvt) {
             const int c0 = (st < nkt ? st : st - nkt - nvt) * GDP_TILE;
             cp_tile16<64, 64>(Ab(b), LDT, dWg + c0, P.KP);
-            cp_token_rows<64, 64>(Bb(b), LDT, kg + c0, kstride, lc);
+            rows_in(Bb(b), (const bf16_t *)P.k + c0, P.K);
             if (st >= nkt) cp_tile16<64, 64>(Cb(b), LDT, dKwg + c0, P.KP);
         } else {
             const int v0 = (st - nkt) * GDP_TILE;
             cp_tile16<64, 64>(Ab(b), LDT, dDg + v0, P.VP);
-            cp_token_rows<64, 64>(Bb(b), LDT, vg + v0, vstride, lc);
+            rows_in(Bb(b), (const bf16_t *)P.v + v0, P.V);
         }
         cp_commit();
     };
     cp_tile16<64, 64>(Top, LDT, (const bf16_t *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK), GDP_CHUNK);
     issue(0, 0);
     load_gates<bf16_t>(P, c, Gs, br);
+    if (SPLIT && tid < rr) dMs[tid] = 0.f;
     const int m1 = (warp >> 1) * 16, n1 = (warp & 1) * 32; /* every product here is 64 x 64 */
     auto zero = [](float(&a)[4][4]) {
 #pragma unroll
@@ -2225,8 +2249,12 @@ __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(Params P) {
         __syncthreads(); /* stage st's tiles are in, and every warp is past stage st - 1 */
         if (st + 1 < NS) issue(st + 1, b ^ 1);
         if (st == 0 && tid < 64) gam[tid] = tid < lc ? __expf(Gs[tokof(P, tid)]) : 0.f;
-        const bf16_t *A = Ab(b), *Bt = Bb(b), *C = Cb(b);
+        bf16_t *A = Ab(b), *Bt = Bb(b), *C = Cb(b);
         if (st < nkt) {
+            if (SPLIT) { /* R in place of the raw keys */
+                split_keys<bf16_t>(P, c, Bt, LDT, Bt, LDT, st * GDP_TILE, GDP_TILE, false);
+                __syncthreads();
+            }
             warp_mma<4, false, true>(aT1, A, LDT, Bt, LDT, GDP_TILE, m1, n1); /* dW R^T */
         } else if (st < nkt + nvt) {
             const int v0 = (st - nkt) * GDP_TILE;
@@ -2235,8 +2263,12 @@ __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(Params P) {
             zero(X);
             warp_mma<4, true, false>(X, Top, LDT, A, LDT, 64, m1, n1); /* dX_v = T^T dDelta */
             frag_rowdot_acc(X, Bt, LDT, m1, n1, db0, db1);
-            frag_each(X, m1, n1, [&](int r, int, float &v) { v *= br[r]; });
-            frag_to_smem(X, Ost, LDT, m1, n1);
+            if (SPLIT) {
+                frag_each(X, m1, n1, [&](int r, int x, float v) { Fv[r * LDF + x] = v; });
+            } else {
+                frag_each(X, m1, n1, [&](int r, int, float &v) { v *= br[r]; });
+                frag_to_smem(X, Ost, LDT, m1, n1);
+            }
             const bool last = st == nkt + nvt - 1;
             if (last) { /* dT, masked to the earlier rows: (dW R^T) diag(beta gamma) + (dDelta v^T) diag(beta) */
 #pragma unroll
@@ -2244,14 +2276,28 @@ __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(Params P) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int i = m1 + g + (e >> 1) * 8, j = n1 + nt * 8 + 2 * tq + (e & 1);
-                        aT1[nt][e] = i < lc && j < i ? (aT1[nt][e] * gam[j] + aT2[nt][e]) * br[j] : 0.f;
+                        aT1[nt][e] = i < lc && j < lc && earlier(P, i, j) ? (aT1[nt][e] * gam[j] + aT2[nt][e]) * br[j] : 0.f;
                     }
                 frag_to_smem(aT1, dTop, LDT, m1, n1);
             }
             __syncthreads();
-            for_pieces16<64, 64>([&](int i, int x) {
-                if (i < lc) *(uint4 *)((bf16_t *)P.dv + row0 * P.V + i * vstride + v0 + x) = *(const uint4 *)(Ost + i * LDT + x);
-            });
+            if (SPLIT) { /* dv_t = sum_a beta_(t,a) dX_v(t,a) */
+                for (int e = tid; e < ct * 32; e += NTHREADS) {
+                    const int t = e >> 5, x = (e & 31) * 2;
+                    float s0 = 0.f, s1 = 0.f;
+                    for (int a = 0; a < n; a++) {
+                        const float bt = br[t * n + a];
+                        s0 += bt * Fv[(t * n + a) * LDF + x];
+                        s1 += bt * Fv[(t * n + a) * LDF + x + 1];
+                    }
+                    *(__nv_bfloat162 *)((bf16_t *)P.dv + (tokrow0 + (int64_t)t * P.H) * P.V + v0 + x) = __floats2bfloat162_rn(s0, s1);
+                }
+                if (last) __syncthreads(); /* Y and D go over dX_v */
+            } else {
+                for_pieces16<64, 64>([&](int i, int x) {
+                    if (i < lc) *(uint4 *)((bf16_t *)P.dv + row0 * P.V + i * vstride + v0 + x) = *(const uint4 *)(Ost + i * LDT + x);
+                });
+            }
             if (last) { /* dA = -T^T dT T^T; D = dA o E (gates of earlier rows), Dp = diag(beta) D */
                 float Y[4][4];
                 zero(Y);
@@ -2261,7 +2307,7 @@ __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(Params P) {
                 zero(Y);
                 warp_mma<4, true, false>(Y, Top, LDT, Yop, LDT, 64, m1, n1);
                 frag_each(Y, m1, n1, [&](int i, int j, float &v) {
-                    v = i < lc && j < i ? -v * __expf(Gs[tokof(P, i)] - Gs[tokof(P, j)]) : 0.f;
+                    v = i < lc && j < lc && earlier(P, i, j) ? -v * __expf(Gs[tokof(P, i)] - Gs[tokof(P, j)]) : 0.f;
                 });
                 frag_to_smem(Y, Dop, LDT, m1, n1);
                 frag_each(Y, m1, n1, [&](int i, int, float &v) { v *= br[i]; });
@@ -2269,34 +2315,73 @@ __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(Params P) {
             }
         } else {
             const int c0 = (st - nkt - nvt) * GDP_TILE;
+            const bf16_t *Rt = Bt; /* read keys; Bt holds the write keys */
+            if (SPLIT) { /* K_w in place, R into dT's buffer (free since the dA products) */
+                split_keys<bf16_t>(P, c, Bt, LDT, dTop, LDT, c0, GDP_TILE, true);
+                __syncthreads();
+                Rt = dTop;
+            }
             float E[4][4], Q[4][4];
             zero(E);
             zero(Q);
             warp_mma<4, true, false>(E, Top, LDT, A, LDT, 64, m1, n1); /* dX_r = T^T dW */
             frag_each(E, m1, n1, [&](int r, int, float &v) { v *= gam[r]; });
             warp_mma<4, false, false>(E, Dop, LDT, Bt, LDT, 64, m1, n1); /* E = gamma dX_r + D Kw */
-            warp_mma<4, true, false>(Q, Dp, LDT, Bt, LDT, 64, m1, n1);  /* Dp^T R */
+            warp_mma<4, true, false>(Q, Dp, LDT, Rt, LDT, 64, m1, n1);  /* Dp^T R */
             float e0 = 0.f, e1 = 0.f, y0 = 0.f, y1 = 0.f;
-            frag_rowdot_acc(E, Bt, LDT, m1, n1, e0, e1);
+            frag_rowdot_acc(E, Rt, LDT, m1, n1, e0, e1);
             frag_rowdot_acc(Q, Bt, LDT, m1, n1, y0, y1);
             db0 += e0;
             db1 += e1;
             dg0 += br[m1 + g] * e0 - y0;
             dg1 += br[m1 + g + 8] * e1 - y1;
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) { /* dk = beta E + dK_w (bwd_a's part + Dp^T R) */
-                    const int r = m1 + g + hh * 8, x = n1 + nt * 8 + 2 * tq;
-                    const float2 cw = __bfloat1622float2(*(const __nv_bfloat162 *)(C + r * LDT + x));
-                    E[nt][2 * hh] = br[r] * E[nt][2 * hh] + (cw.x + Q[nt][2 * hh]);
-                    E[nt][2 * hh + 1] = br[r] * E[nt][2 * hh + 1] + (cw.y + Q[nt][2 * hh + 1]);
+            if (SPLIT) {
+                /* dK_w = bwd_a's part + Dp^T R into C (bf16, as k_bwd_b_hh); E into two fp32 halves */
+                float *Eh = n1 ? (float *)Ost : (float *)A; /* A (dW) is read by every warp: after a barrier */
+                frag_each(Q, m1, n1, [&](int r, int x, float v) { C[r * LDT + x] = fromf<bf16_t>(tof(C[r * LDT + x]) + v); });
+                __syncthreads();
+                frag_each(E, m1, n1, [&](int r, int x, float v) { Eh[r * LDH + x - n1] = v; });
+                __syncthreads();
+                const float *Mh = P.mask + (int64_t)c.h * rr;
+                auto Ef = [&](int r, int x) { return x < 32 ? ((const float *)A)[r * LDH + x] : ((const float *)Ost)[r * LDH + x - 32]; };
+                /* dk_t[x] = dKw_(t,b)[x] + sum_a M[a,b] beta_(t,a) E_(t,a)[x], b = slice of x */
+                for (int e = tid; e < ct * 64; e += NTHREADS) {
+                    const int t = e >> 6, x = e & 63, bs = slice_of(P, c0 + x);
+                    float acc = tof(C[(t * n + bs) * LDT + x]);
+                    for (int a = 0; a < n; a++) acc += __ldg(Mh + a * n + bs) * br[t * n + a] * Ef(t * n + a, x);
+                    ((bf16_t *)P.dk)[(tokrow0 + (int64_t)t * P.H) * P.K + c0 + x] = fromf<bf16_t>(acc);
                 }
-            frag_to_smem(E, Ost, LDT, m1, n1);
-            __syncthreads();
-            for_pieces16<64, 64>([&](int i, int x) {
-                if (i < lc) *(uint4 *)((bf16_t *)P.dk + row0 * P.K + i * kstride + c0 + x) = *(const uint4 *)(Ost + i * LDT + x);
-            });
+                /* dM[a,b] += sum_t sum_{x in slice b} beta_(t,a) E_(t,a)[x] k_t[x] (k_t[x] = Kw_(t,b)[x]) */
+                const int wsl = P.K / n;
+                for (int pr = warp; pr < rr; pr += NTHREADS / 32) {
+                    const int a = pr / n, bs = pr - a * n;
+                    const int xlo = max(bs * wsl, c0) - c0, xhi = min((bs + 1) * wsl, c0 + GDP_TILE) - c0;
+                    if (xhi <= xlo) continue;
+                    float sm = 0.f;
+                    for (int t = 0; t < ct; t++) {
+                        float u = 0.f;
+                        for (int x = xlo + lane; x < xhi; x += 32) u += Ef(t * n + a, x) * tof(Bt[(t * n + bs) * LDT + x]);
+                        sm += br[t * n + a] * u;
+                    }
+                    sm = warp_sum(sm);
+                    if (lane == 0) dMs[pr] += sm;
+                }
+            } else {
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) { /* dk = beta E + dK_w (bwd_a's part + Dp^T R) */
+                        const int r = m1 + g + hh * 8, x = n1 + nt * 8 + 2 * tq;
+                        const float2 cw = __bfloat1622float2(*(const __nv_bfloat162 *)(C + r * LDT + x));
+                        E[nt][2 * hh] = br[r] * E[nt][2 * hh] + (cw.x + Q[nt][2 * hh]);
+                        E[nt][2 * hh + 1] = br[r] * E[nt][2 * hh + 1] + (cw.y + Q[nt][2 * hh + 1]);
+                    }
+                frag_to_smem(E, Ost, LDT, m1, n1);
+                __syncthreads();
+                for_pieces16<64, 64>([&](int i, int x) {
+                    if (i < lc) *(uint4 *)((bf16_t *)P.dk + row0 * P.K + i * kstride + c0 + x) = *(const uint4 *)(Ost + i * LDT + x);
+                });
+            }
         }
     }
     /* dbeta; dG with bwd_a's gate parts, then dg by a reverse scan over the chunk's tokens */
@@ -2308,7 +2393,17 @@ __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(Params P) {
         float sum = pdg[2 * tid] + pdg[2 * tid + 1];
         for (int kt = 0; kt < nkt; kt++) sum += dga[kt * GDP_CHUNK + tid];
         dGr[tid] = sum;
-        if (tid < lc) ((bf16_t *)P.dbeta)[row0 + (int64_t)tid * P.H] = fromf<bf16_t>(pdb[2 * tid] + pdb[2 * tid + 1]);
+    }
+    bf16_t *dbeta = (bf16_t *)P.dbeta;
+    if (SPLIT) {
+        if (tid < ct) {
+            float acc = 0.f;
+            for (int a = 0; a < n; a++) acc += pdb[2 * (tid * n + a)] + pdb[2 * (tid * n + a) + 1];
+            dbeta[tokrow0 + (int64_t)tid * P.H] = fromf<bf16_t>(acc);
+        }
+        if (tid < rr) P.dM[c.ch * rr + tid] = dMs[tid];
+    } else if (tid < lc) {
+        dbeta[row0 + (int64_t)tid * P.H] = fromf<bf16_t>(pdb[2 * tid] + pdb[2 * tid + 1]);
     }
     __syncthreads();
     if (tid < 32 && P.dg) dg_scan(P, c, dGr);
@@ -2725,8 +2820,11 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
     }
     const int rr = d->mode == GDP_MODE_SPLIT ? d->n * d->n : 0;
     const size_t sbh = BwdBhSmem<IT>::carve(nullptr, rr, nullptr);
-    if (fast_bwd && d->mode == GDP_MODE_HOUSEHOLDER && BwdBFastSmem::BYTES <= (size_t)limit)
-        LAUNCH(k_bwd_b_fast, dim3(P.NCmax, P.H), BwdBFastSmem::BYTES);
+    const bool fast_b = fast_bwd && BwdBFastSmem::BYTES <= (size_t)limit;
+    if (fast_b && d->mode == GDP_MODE_HOUSEHOLDER)
+        LAUNCH(k_bwd_b_fast<false>, dim3(P.NCmax, P.H), BwdBFastSmem::BYTES);
+    else if (fast_b && rr <= GDP_SPLIT_FAST_RR)
+        LAUNCH(k_bwd_b_fast<true>, dim3(P.NCmax, P.H), BwdBFastSmem::BYTES);
     else if (d->mode == GDP_MODE_HOUSEHOLDER && sbh <= (size_t)limit)
         LAUNCH((k_bwd_b_hh<IT, false>), dim3(P.NCmax, P.H), sbh);
     else if (d->mode == GDP_MODE_SPLIT && rr <= GDP_SPLIT_FAST_RR && sbh <= (size_t)limit)
