@@ -682,12 +682,7 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_state(Pa
         const int ct = nx.ct, tok0 = nx.tok0;
         if (ci + 1 < cend) nx = P.chunk[ci + 1];
         if (nst == 2) {
-            if (ci + 1 < cend) {
-                prefetch(ci + 1, b ^ 1, nx.ct, nx.tok0);
-                cp_wait<1>();
-            } else {
-                cp_wait<0>();
-            }
+            issue_next_wait_this(ci + 1 < cend, [&] { prefetch(ci + 1, b ^ 1, nx.ct, nx.tok0); });
         } else {
             prefetch(ci, 0, ct, tok0);
             cp_wait<0>();
@@ -854,12 +849,7 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_dh(Params P
         const int ct = nx.ct, tok0 = nx.tok0;
         if (ci - 1 >= cbeg) nx = P.chunk[ci - 1];
         if (nst == 2) {
-            if (ci - 1 >= cbeg) {
-                prefetch(ci - 1, b ^ 1, nx.ct, nx.tok0);
-                cp_wait<1>();
-            } else {
-                cp_wait<0>();
-            }
+            issue_next_wait_this(ci - 1 >= cbeg, [&] { prefetch(ci - 1, b ^ 1, nx.ct, nx.tok0); });
         } else {
             prefetch(ci, 0, ct, tok0);
             cp_wait<0>();
@@ -1401,12 +1391,7 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a(Pa
     int lastb = 0;
     for (int vt = 0; vt < P.nvt; vt++) {
         const int b = vt & 1, wv = min(GDP_TILE, P.VP - vt * GDP_TILE);
-        if (vt + 1 < P.nvt) {
-            issue(vt + 1, b ^ 1);
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
+        issue_next_wait_this(vt + 1 < P.nvt, [&] { issue(vt + 1, b ^ 1); });
         __syncthreads();
         IT *dOs = b ? S.dOs[1] : S.dOs[0], *Ds = b ? S.Ds[1] : S.Ds[0], *dDs = b ? S.dDs[1] : S.dDs[0];
         IT *Hs = b ? S.Hs[1] : S.Hs[0], *dHs = b ? S.dHs[1] : S.dHs[0];
@@ -1587,12 +1572,7 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
     float hdh = 0.f;
     for (int vt = 0; vt < P.nvt; vt++) {
         const int b = vt & 1;
-        if (vt + 1 < P.nvt) {
-            issue(vt + 1, b ^ 1);
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
+        issue_next_wait_this(vt + 1 < P.nvt, [&] { issue(vt + 1, b ^ 1); });
         __syncthreads();
         if (vt == 0 && tid < 64) { /* gate tables, read after the loop's barriers */
             rowf[tid] = tid < lc ? __expf(Gs[ct - 1] - Gs[tokof(P, tid)]) : 0.f;
@@ -1989,12 +1969,7 @@ template <typename IT, bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2
     bool gam_ready = false;
     for (int st = 0; st < NS; st++) {
         const int b = st & 1;
-        if (st + 1 < NS) {
-            issue(st + 1, b ^ 1);
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
+        issue_next_wait_this(st + 1 < NS, [&] { issue(st + 1, b ^ 1); });
         __syncthreads();
         if (!gam_ready) { /* Gs is complete after the first barrier */
             for (int i = tid; i < 64; i += blockDim.x) S.gam[i] = i < c.lc ? __expf(S.Gs[tokof(P, i)]) : 0.f;

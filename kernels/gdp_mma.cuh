@@ -248,6 +248,17 @@ __device__ __forceinline__ void cp_async16(void *s, const void *g) {
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+/* Two-buffer cp.async pipeline: start the next stage's copies (when there is a next stage) into the
+ * other buffer, then wait until only those are in flight, i.e. this stage's copies have landed (a
+ * barrier then makes them visible to the block). */
+template <class Issue> __device__ __forceinline__ void issue_next_wait_this(bool has_next, Issue issue_next) {
+    if (has_next) {
+        issue_next();
+        cp_wait<1>();
+    } else {
+        cp_wait<0>();
+    }
+}
 
 /* Asynchronous copy of a rows x cols tile (cols * sizeof(T) a multiple of 16, both sides 16-byte
  * aligned rows) from global (row stride ldg) to shared (ld lds). Needs cp_commit/cp_wait. */
