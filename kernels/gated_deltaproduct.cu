@@ -16,8 +16,10 @@
  *          7 bwd_b    per chunk: WY backward through T (dX = T^T dW, dA = -T^T dT T^T), dk, dv,
  *                     dbeta, dg (reverse cumsum in the chunk), per-chunk dmask
  *          8 dmask    fixed-order sum of the per-chunk mask gradients
- * bf16 with K 64 or 128 runs passes 3 and 5 through k_state_fast / k_dh_fast (sizes fixed at
- * compile time, same products in the same order); everything else through the generic kernels.
+ * bf16 runs passes 2, 3, 5, 6 and 7 through fast kernels with their sizes fixed at compile time
+ * (k_prep2_fast, k_state_fast, k_dh_fast, k_bwd_a_fast, k_bwd_b_fast) where the shape allows (K 64
+ * or 128 for prep, state and dh; K and V multiples of 64 for prep and the backward; 16-byte rows);
+ * f32 and other shapes run the generic kernels, which GDP_GENERIC=all also selects for bf16.
  * Every gradient element is written by exactly one thread (no atomics); reductions run in a fixed
  * order, so results are deterministic. Exponentials are taken only of differences G_i - G_j with
  * j not after i, selected before exp. */
