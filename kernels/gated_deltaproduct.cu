@@ -200,6 +200,15 @@ __device__ __forceinline__ void st8(float *p, const float (&v)[8]) {
     *(float4 *)(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
 }
 
+/* dst[0..8) = f * src[0..8) (16-byte aligned groups; dst may be src) */
+template <typename T> __device__ __forceinline__ void scale8(T *dst, const T *src, float f) {
+    float v[8];
+    ld8(v, src);
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] *= f;
+    st8(dst, v);
+}
+
 /* f(r, x) for every 8-column group x of rows r < rows (cols % 8 == 0), spread over the block */
 template <class F> __device__ __forceinline__ void for_chunks8(int rows, int cols, F f) {
     const int cpr = cols >> 3;
@@ -696,14 +705,7 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_state(Pa
         __syncthreads();
         const float gL = __expf(Gs[ct - 1]);
         if (fused) {
-            for_chunks8(ct, KP, [&](int t, int x) {
-                float q[8];
-                ld8(q, Qb + t * ldk + x);
-                const float f = P.scale * __expf(Gs[t]);
-#pragma unroll
-                for (int j = 0; j < 8; j++) q[j] *= f;
-                st8(Qb + t * ldk + x, q);
-            });
+            for_chunks8(ct, KP, [&](int t, int x) { scale8(Qb + t * ldk + x, Qb + t * ldk + x, P.scale * __expf(Gs[t])); });
         } else {
             st_tile((IT *)P.h + ch * P.sH + v0, P.VP, S.Sop, lds, KP, w);
         }
@@ -928,9 +930,14 @@ template <int NT, class F> __device__ __forceinline__ void frag_each(float (&acc
 #pragma unroll
         for (int e = 0; e < 4; e++) f(m0 + g + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1), acc[nt][e]);
 }
-/* the fragment, rounded to bf16 pairs, into a row-major shared tile */
+/* a warp's fragment set to zero */
+template <int NT> __device__ __forceinline__ void frag_zero(float (&acc)[NT][4]) {
+#pragma unroll
+    for (int i = 0; i < NT * 4; i++) acc[i >> 2][i & 3] = 0.f;
+}
+/* the fragment, rounded to bf16 pairs, into a row-major bf16 tile (shared or global memory) */
 template <int NT>
-__device__ __forceinline__ void frag_to_smem(const float (&acc)[NT][4], bf16_t *s, int lds, int m0, int n0) {
+__device__ __forceinline__ void frag_store_bf16(const float (&acc)[NT][4], bf16_t *s, int lds, int m0, int n0) {
     const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
@@ -1004,15 +1011,21 @@ __device__ __forceinline__ void store_tile16(bf16_t *g, int64_t ldg, const bf16_
 template <int ROWS, int COLS> __device__ __forceinline__ void cp_tile16(bf16_t *s, int lds, const bf16_t *g, int64_t ldg) {
     for_pieces16<ROWS, COLS>([&](int r, int c) { cp_async16(s + r * lds + c, g + r * ldg + c); });
 }
+/* ROWS rows of COLS bf16 by cp.async, row r from rowp(r) (16-byte aligned); rows r >= nrows become
+ * zeros */
+template <int ROWS, int COLS, class RowP>
+__device__ __forceinline__ void cp_rows_of(bf16_t *s, int lds, RowP rowp, int nrows) {
+    for_pieces16<ROWS, COLS>([&](int r, int c) {
+        if (r < nrows)
+            cp_async16(s + r * lds + c, rowp(r) + c);
+        else
+            *(uint4 *)(s + r * lds + c) = make_uint4(0, 0, 0, 0);
+    });
+}
 /* CTP token rows (stride row_stride) by cp.async; rows t >= ct become zeros */
 template <int CTP, int COLS>
 __device__ __forceinline__ void cp_token_rows(bf16_t *s, int lds, const bf16_t *g, int64_t row_stride, int ct) {
-    for_pieces16<CTP, COLS>([&](int t, int c) {
-        if (t < ct)
-            cp_async16(s + t * lds + c, g + t * row_stride + c);
-        else
-            *(uint4 *)(s + t * lds + c) = make_uint4(0, 0, 0, 0);
-    });
+    cp_rows_of<CTP, COLS>(s, lds, [&](int t) { return g + t * row_stride; }, ct);
 }
 
 /* ---------------------------------------------------------------- 2c. prep, fast path */
@@ -1039,18 +1052,13 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     ChunkCtx c;
     if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
     const bool hh = P.mode == GDP_MODE_HOUSEHOLDER;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, ct = c.ct, lc = c.lc;
+    const int tid = threadIdx.x, warp = tid >> 5, ct = c.ct, lc = c.lc;
     const int ldv = P.VP + 8;
     float *Gs = (float *)smem, *br = Gs + 64, *rowf = br + 64, *bg = rowf + 64, *Zs = bg + 64;
     float *Af = (float *)(smem + SM::OFF_AF), *Tf = (float *)(smem + SM::OFF_TF);
     bf16_t *Kw = (bf16_t *)(smem + SM::OFF_KW), *R = hh ? Kw : Kw + 64 * LDK, *QV = R + 64 * LDK;
     /* raw keys (split mode: every row of a token holds the token's key; made into R and K_w below) */
-    for_pieces16<64, KP>([&](int r, int x) {
-        if (r < lc)
-            cp_async16(Kw + r * LDK + x, krow<bf16_t>(P, c.tok0, c.h, r) + x);
-        else
-            *(uint4 *)(Kw + r * LDK + x) = make_uint4(0, 0, 0, 0);
-    });
+    cp_rows_of<64, KP>(Kw, LDK, [&](int r) { return krow<bf16_t>(P, c.tok0, c.h, r); }, lc);
     cp_token_rows<CTP, KP>(QV, LDK, (const bf16_t *)P.q + ((int64_t)c.tok0 * P.H + c.h) * KP, (int64_t)P.H * KP, ct);
     cp_commit();
     load_gates<bf16_t>(P, c, Gs, br);
@@ -1069,8 +1077,7 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     const int m1 = (warp >> 1) * 16, n1 = (warp & 1) * 32;
     {
         float aA[4][4];
-#pragma unroll
-        for (int i = 0; i < 16; i++) aA[i >> 2][i & 3] = 0.f;
+        frag_zero(aA);
         warp_mma<4, false, true>(aA, R, LDK, Kw, LDK, KP, m1, n1);
         frag_each(aA, m1, n1, [&](int i, int j, float v) {
             float a = 0.f;
@@ -1081,40 +1088,22 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     if (warp < PTILES) {
         const int mp = (warp / PCT) * 16, np = (warp % PCT) * PW;
         float aP[PW / 8][4];
-#pragma unroll
-        for (int i = 0; i < PW / 2; i++) aP[i >> 2][i & 3] = 0.f;
+        frag_zero(aP);
         warp_mma<PW / 8, false, true>(aP, QV, LDK, Kw, LDK, KP, mp, np);
         frag_each(aP, mp, np, [&](int t, int s2, float &v) {
             const int ts = tokof(P, s2);
             v = t < ct && s2 < lc && ts <= t ? P.scale * __expf(Gs[t] - Gs[ts]) * v : 0.f;
         });
-        bf16_t *Pg = (bf16_t *)P.P + c.ch * P.sP;
-#pragma unroll
-        for (int nt = 0; nt < PW / 8; nt++)
-#pragma unroll
-            for (int h2 = 0; h2 < 2; h2++)
-                *(__nv_bfloat162 *)(Pg + (mp + g + h2 * 8) * 64 + np + nt * 8 + 2 * tq) =
-                    __floats2bfloat162_rn(aP[nt][2 * h2], aP[nt][2 * h2 + 1]);
+        frag_store_bf16(aP, (bf16_t *)P.P + c.ch * P.sP, 64, mp, np);
     }
     __syncthreads();
     /* V into QV (q is no longer needed) while Kwd is written and T solved */
     for (int v0 = 0; v0 < P.VP; v0 += GDP_TILE)
-        for_pieces16<64, GDP_TILE>([&](int r, int x) {
-            if (r < lc)
-                cp_async16(QV + r * ldv + v0 + x, vrow<bf16_t>(P, c.tok0, c.h, r) + v0 + x);
-            else
-                *(uint4 *)(QV + r * ldv + v0 + x) = make_uint4(0, 0, 0, 0);
-        });
+        cp_rows_of<64, GDP_TILE>(QV + v0, ldv, [&](int r) { return vrow<bf16_t>(P, c.tok0, c.h, r) + v0; }, lc);
     cp_commit();
     {
         bf16_t *Kwd = (bf16_t *)P.Kwd + c.ch * P.sW;
-        for_pieces16<64, KP>([&](int r, int x) {
-            float kv[8];
-            ld8(kv, Kw + r * LDK + x);
-#pragma unroll
-            for (int j = 0; j < 8; j++) kv[j] *= rowf[r];
-            st8(Kwd + r * KP + x, kv);
-        });
+        for_pieces16<64, KP>([&](int r, int x) { scale8(Kwd + r * KP + x, Kw + r * LDK + x, rowf[r]); });
     }
     bf16_t *Tw = (bf16_t *)Af, *Tu = Tw + 64 * LDT;
     bf16_t *Tg = P.Tsave ? (bf16_t *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK) : nullptr;
@@ -1128,33 +1117,37 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
         constexpr int NTW = KP / 16; /* a warp's 16 x KP/2 share of W = T diag(beta gamma) R */
         const int nw = (warp & 1) * (KP / 2);
         float aW[NTW][4];
-#pragma unroll
-        for (int i = 0; i < NTW * 4; i++) aW[i >> 2][i & 3] = 0.f;
+        frag_zero(aW);
         warp_mma<NTW, false, false>(aW, Tw, LDT, R, LDK, 64, m1, nw);
-        bf16_t *Wg = (bf16_t *)P.W + c.ch * P.sW;
-#pragma unroll
-        for (int nt = 0; nt < NTW; nt++)
-#pragma unroll
-            for (int h2 = 0; h2 < 2; h2++)
-                *(__nv_bfloat162 *)(Wg + (m1 + g + h2 * 8) * KP + nw + nt * 8 + 2 * tq) =
-                    __floats2bfloat162_rn(aW[nt][2 * h2], aW[nt][2 * h2 + 1]);
+        frag_store_bf16(aW, (bf16_t *)P.W + c.ch * P.sW, KP, m1, nw);
     }
     cp_wait<0>();
     __syncthreads();
     bf16_t *Ug = (bf16_t *)P.U + c.ch * P.sU;
     for (int v0 = 0; v0 < P.VP; v0 += GDP_TILE) { /* U = T diag(beta) V */
         float aU[4][4];
-#pragma unroll
-        for (int i = 0; i < 16; i++) aU[i >> 2][i & 3] = 0.f;
+        frag_zero(aU);
         warp_mma<4, false, false>(aU, Tu, LDT, QV + v0, ldv, 64, m1, n1);
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-            for (int h2 = 0; h2 < 2; h2++)
-                *(__nv_bfloat162 *)(Ug + (int64_t)(m1 + g + h2 * 8) * P.VP + v0 + n1 + nt * 8 + 2 * tq) =
-                    __floats2bfloat162_rn(aU[nt][2 * h2], aU[nt][2 * h2 + 1]);
+        frag_store_bf16(aU, Ug + v0, P.VP, m1, n1);
     }
 }
+
+/* The head of a pipeline stage of the fast sequential kernels: the chunk's 64 gate floats (G), then
+ * its W and Kwd tiles (64 x KP, leading dimension KP + 8); stage b starts at smem + b * STAGE. */
+template <int KP, size_t STAGE> struct SeqStageHead {
+    static constexpr int LDK = KP + 8;
+    char *smem;
+    __device__ float *G(int b) const { return (float *)(smem + b * STAGE); }
+    __device__ bf16_t *W(int b) const { return (bf16_t *)(smem + b * STAGE + 256); }
+    __device__ bf16_t *Kwd(int b) const { return W(b) + 64 * LDK; }
+    __device__ bf16_t *after(int b) const { return W(b) + 2 * 64 * LDK; } /* the kernel's own tiles */
+    /* chunk-head ch's G, W and Kwd into stage b by cp.async (the caller commits) */
+    __device__ void prefetch(const Params &P, int64_t ch, int b) const {
+        if (threadIdx.x < 16) cp_async16(G(b) + threadIdx.x * 4, P.G + ch * GDP_CHUNK + threadIdx.x * 4);
+        cp_tile16<64, KP>(W(b), LDK, (const bf16_t *)P.W + ch * P.sW, KP);
+        cp_tile16<64, KP>(Kwd(b), LDK, (const bf16_t *)P.Kwd + ch * P.sW, KP);
+    }
+};
 
 template <int KP, int BV> struct StateFastSmem {
     static constexpr int LDK = KP + 8, LDS = BV + 8;
@@ -1171,20 +1164,16 @@ template <int KP, int BV, int NS> __global__ void __launch_bounds__(NTHREADS, 2)
     const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const TL tl;
     bf16_t *Sop = (bf16_t *)(smem + NS * SM::STAGE);
-    auto Gb = [&](int b) { return (float *)(smem + b * SM::STAGE); };
-    auto Wb = [&](int b) { return (bf16_t *)(smem + b * SM::STAGE + 256); };
-    auto Kb = [&](int b) { return Wb(b) + 64 * LDK; };
-    auto Ub = [&](int b) { return Wb(b) + 2 * 64 * LDK; };
+    const SeqStageHead<KP, SM::STAGE> hd{smem};
+    auto Ub = [&](int b) { return hd.after(b); };
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float S[TL::NT2][4];
     frag_load_state(S, P.h0, P, st0, v0, tl.m2, tl.n2);
-    frag_to_smem(S, Sop, LDS, tl.m2, tl.n2);
+    frag_store_bf16(S, Sop, LDS, tl.m2, tl.n2);
     const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
     auto prefetch = [&](int ci, int b) {
         const int64_t ch = (int64_t)ci * P.H + h;
-        if (threadIdx.x < 16) cp_async16(Gb(b) + threadIdx.x * 4, P.G + ch * GDP_CHUNK + threadIdx.x * 4);
-        cp_tile16<64, KP>(Wb(b), LDK, (const bf16_t *)P.W + ch * P.sW, KP);
-        cp_tile16<64, KP>(Kb(b), LDK, (const bf16_t *)P.Kwd + ch * P.sW, KP);
+        hd.prefetch(P, ch, b);
         cp_tile16<64, BV>(Ub(b), LDS, (const bf16_t *)P.U + ch * P.sU + v0, P.VP);
     };
 #pragma unroll
@@ -1202,12 +1191,11 @@ template <int KP, int BV, int NS> __global__ void __launch_bounds__(NTHREADS, 2)
         cp_commit();
         const int64_t ch = (int64_t)ci * P.H + h;
         bf16_t *U = Ub(b);
-        const float gL = __expf(Gb(b)[ct - 1]);
+        const float gL = __expf(hd.G(b)[ct - 1]);
         store_tile16<KP, BV>((bf16_t *)P.h + ch * P.sH + v0, P.VP, Sop, LDS);
         float D[TL::NT1][4];
-#pragma unroll
-        for (int i = 0; i < TL::NT1 * 4; i++) D[i >> 2][i & 3] = 0.f;
-        warp_mma<TL::NT1, false>(D, Wb(b), LDK, Sop, LDS, KP, tl.m1, tl.n1);
+        frag_zero(D);
+        warp_mma<TL::NT1, false>(D, hd.W(b), LDK, Sop, LDS, KP, tl.m1, tl.n1);
 #pragma unroll
         for (int nt = 0; nt < TL::NT1; nt++)
 #pragma unroll
@@ -1220,8 +1208,8 @@ template <int KP, int BV, int NS> __global__ void __launch_bounds__(NTHREADS, 2)
         store_tile16<64, BV>((bf16_t *)P.D + ch * P.sD + v0, P.VP, U, LDS);
 #pragma unroll
         for (int i = 0; i < TL::NT2 * 4; i++) S[i >> 2][i & 3] *= gL;
-        warp_mma<TL::NT2, true>(S, Kb(b), LDK, U, LDS, 64, tl.m2, tl.n2);
-        frag_to_smem(S, Sop, LDS, tl.m2, tl.n2); /* Sop's readers are past the barrier above */
+        warp_mma<TL::NT2, true>(S, hd.Kwd(b), LDK, U, LDS, 64, tl.m2, tl.n2);
+        frag_store_bf16(S, Sop, LDS, tl.m2, tl.n2); /* Sop's readers are past the barrier above */
     }
     cp_wait<0>();
     frag_store_state(S, P.ht, P, st0, v0, tl.m2, tl.n2);
@@ -1241,26 +1229,21 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
     constexpr int LDK = SM::LDK, LDS = SM::LDS;
     extern __shared__ __align__(16) char smem[];
     const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H;
-    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const TL tl;
-    auto Gb = [&](int b) { return (float *)(smem + b * SM::STAGE); };
-    auto Wb = [&](int b) { return (bf16_t *)(smem + b * SM::STAGE + 256); };
-    auto Kb = [&](int b) { return Wb(b) + 64 * LDK; };
-    auto Pb = [&](int b) { return Wb(b) + 2 * 64 * LDK; };
+    const SeqStageHead<KP, SM::STAGE> hd{smem};
+    auto Pb = [&](int b) { return hd.after(b); };
     auto dOb = [&](int b) { return Pb(b) + CTP * LDT; };
     auto Qb = [&](int b) { return dOb(b) + CTP * LDS; };
     bf16_t *nD = (bf16_t *)(smem + 2 * SM::STAGE), *dSop = nD + 64 * LDS;
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float dS[TL::NT2][4];
     frag_load_state(dS, P.dht, P, st0, v0, tl.m2, tl.n2);
-    frag_to_smem(dS, dSop, LDS, tl.m2, tl.n2);
+    frag_store_bf16(dS, dSop, LDS, tl.m2, tl.n2);
     const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
     const int64_t qstride = (int64_t)P.H * KP, ostride = (int64_t)P.H * P.V;
     auto prefetch = [&](int ci, int b, GdpChunkInfo ck) {
         const int64_t ch = (int64_t)ci * P.H + h;
-        if (threadIdx.x < 16) cp_async16(Gb(b) + threadIdx.x * 4, P.G + ch * GDP_CHUNK + threadIdx.x * 4);
-        cp_tile16<64, KP>(Wb(b), LDK, (const bf16_t *)P.W + ch * P.sW, KP);
-        cp_tile16<64, KP>(Kb(b), LDK, (const bf16_t *)P.Kwd + ch * P.sW, KP);
+        hd.prefetch(P, ch, b);
         cp_tile16<CTP, 64>(Pb(b), LDT, (const bf16_t *)P.P + ch * P.sP, 64);
         cp_token_rows<CTP, BV>(dOb(b), LDS, (const bf16_t *)P.d_o + ((int64_t)ck.tok0 * P.H + h) * P.V + v0, ostride, ck.ct);
         cp_token_rows<CTP, KP>(Qb(b), LDK, (const bf16_t *)P.q + ((int64_t)ck.tok0 * P.H + h) * KP, qstride, ck.ct);
@@ -1278,38 +1261,26 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
         cur = nxt;
         if (ci - 2 >= cbeg) nxt = P.chunk[ci - 2];
         const int64_t ch = (int64_t)ci * P.H + h;
-        const float *Gs = Gb(b);
+        const float *Gs = hd.G(b);
         const float gL = __expf(Gs[ct - 1]);
         bf16_t *Q = Qb(b), *dO = dOb(b);
         for_pieces16<CTP, KP>([&](int t, int x) { /* q <- scale e^G q; rows past ct are zeros already */
-            if (t < ct) {
-                float q[8];
-                ld8(q, Q + t * LDK + x);
-                const float f = P.scale * __expf(Gs[t]);
-#pragma unroll
-                for (int j = 0; j < 8; j++) q[j] *= f;
-                st8(Q + t * LDK + x, q);
-            }
+            if (t < ct) scale8(Q + t * LDK + x, Q + t * LDK + x, P.scale * __expf(Gs[t]));
         });
         store_tile16<KP, BV>((bf16_t *)P.dh + ch * P.sH + v0, P.VP, dSop, LDS);
         float acc[TL::NT1][4];
-#pragma unroll
-        for (int i = 0; i < TL::NT1 * 4; i++) acc[i >> 2][i & 3] = 0.f;
+        frag_zero(acc);
         warp_mma<TL::NT1, true>(acc, Pb(b), LDT, dO, LDS, CTP, tl.m1, tl.n1);
-        warp_mma<TL::NT1, false>(acc, Kb(b), LDK, dSop, LDS, KP, tl.m1, tl.n1);
-#pragma unroll
-        for (int nt = 0; nt < TL::NT1; nt++)
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++)
-                *(__nv_bfloat162 *)(nD + (tl.m1 + g + hh * 8) * LDS + tl.n1 + nt * 8 + 2 * tq) =
-                    __floats2bfloat162_rn(-acc[nt][hh * 2], -acc[nt][hh * 2 + 1]);
+        warp_mma<TL::NT1, false>(acc, hd.Kwd(b), LDK, dSop, LDS, KP, tl.m1, tl.n1);
+        frag_each(acc, tl.m1, tl.n1, [](int, int, float &v) { v = -v; });
+        frag_store_bf16(acc, nD, LDS, tl.m1, tl.n1);
         __syncthreads();
         store_tile16<64, BV>((bf16_t *)P.dD + ch * P.sD + v0, P.VP, nD, LDS, 0x80008000u);
 #pragma unroll
         for (int i = 0; i < TL::NT2 * 4; i++) dS[i >> 2][i & 3] *= gL;
         warp_mma<TL::NT2, true>(dS, Q, LDK, dO, LDS, CTP, tl.m2, tl.n2);
-        warp_mma<TL::NT2, true>(dS, Wb(b), LDK, nD, LDS, 64, tl.m2, tl.n2);
-        frag_to_smem(dS, dSop, LDS, tl.m2, tl.n2); /* dSop's readers (dh store, Kwd dS) are past the barrier above */
+        warp_mma<TL::NT2, true>(dS, hd.W(b), LDK, nD, LDS, 64, tl.m2, tl.n2);
+        frag_store_bf16(dS, dSop, LDS, tl.m2, tl.n2); /* dSop's readers (dh store, Kwd dS) are past the barrier above */
     }
     frag_store_state(dS, P.dh0, P, st0, v0, tl.m2, tl.n2);
 }
@@ -1555,22 +1526,18 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
     };
     if (tid < 16) cp_async16(Gs + tid * 4, P.G + c.ch * GDP_CHUNK + tid * 4);
     cp_token_rows<CTP, 64>(Qs, LDT, (const bf16_t *)P.q + ((int64_t)c.tok0 * P.H + c.h) * P.K + c0, qstride, ct);
-    for_pieces16<64, 64>([&](int r, int x) { /* raw keys (split mode: masked to K_w after the V loop) */
-        if (r < lc)
-            cp_async16(Kws + r * LDT + x, krow<bf16_t>(P, c.tok0, c.h, r) + c0 + x);
-        else
-            *(uint4 *)(Kws + r * LDT + x) = make_uint4(0, 0, 0, 0);
-    });
+    /* raw keys (split mode: masked to K_w after the V loop) */
+    cp_rows_of<64, 64>(Kws, LDT, [&](int r) { return krow<bf16_t>(P, c.tok0, c.h, r) + c0; }, lc);
     issue(0, 0);
     /* warp tiles: 64 x 64 products as in tile_gemm; CTP x 64 ones at (mq, nq) */
     const int m1 = (warp >> 1) * 16, n1 = (warp & 1) * 32;
     const bool qtile = !QSPLIT || warp < 4, ptile = !QSPLIT || warp >= 4;
     const int qi = QSPLIT ? (warp & 3) : warp, mq = (qi / QCT) * 16, nq = (qi % QCT) * QW;
     float aQ[NTQ][4], aP[NTQ][4], aK[4][4], aW[4][4];
-#pragma unroll
-    for (int i = 0; i < NTQ * 4; i++) aQ[i >> 2][i & 3] = aP[i >> 2][i & 3] = 0.f;
-#pragma unroll
-    for (int i = 0; i < 16; i++) aK[i >> 2][i & 3] = aW[i >> 2][i & 3] = 0.f;
+    frag_zero(aQ);
+    frag_zero(aP);
+    frag_zero(aK);
+    frag_zero(aW);
     float hdh = 0.f;
     for (int vt = 0; vt < P.nvt; vt++) {
         const int b = vt & 1;
@@ -1605,12 +1572,12 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
             const int ts = tokof(P, s);
             v = t < ct && s < lc && ts <= t ? P.scale * __expf(Gs[t] - Gs[ts]) * v : 0.f;
         });
-        frag_to_smem(aP, dSs, LDT, mq, nq);
+        frag_store_bf16(aP, dSs, LDT, mq, nq);
     }
     frag_each(aK, m1, n1, [&](int r, int, float &v) { v = r < lc ? rowf[r] * v : 0.f; });
     frag_rowdot(aK, Kws, LDT, m1, n1, pst, 2);
     frag_each(aW, m1, n1, [&](int, int, float &v) { v = -v; });
-    frag_to_smem(aW, dWs, LDT, m1, n1);
+    frag_store_bf16(aW, dWs, LDT, m1, n1);
     if (qtile) frag_each(aQ, mq, nq, [&](int r, int, float &v) { v = r < ct ? qf[r] * v : 0.f; });
     hdh = warp_sum(hdh);
     if (lane == 0) red[warp] = hdh;
@@ -1619,11 +1586,11 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
     if (qtile) { /* dQ = scale gamma dO h^T + dS Kw */
         warp_mma<NTQ, false, false>(aQ, dSs, LDT, Kws, LDT, GDP_TILE, mq, nq);
         frag_rowdot(aQ, Qs, LDT, mq, nq, pq, QCT);
-        frag_to_smem(aQ, dQs, LDT, mq, nq);
+        frag_store_bf16(aQ, dQs, LDT, mq, nq);
     }
     warp_mma<4, true, false>(aK, dSs, LDT, Qs, LDT, CTP, m1, n1); /* dK_w += dS^T q */
     frag_rowdot(aK, Kws, LDT, m1, n1, pga, 2);
-    frag_to_smem(aK, dKs, LDT, m1, n1);
+    frag_store_bf16(aK, dKs, LDT, m1, n1);
     __syncthreads();
     for_pieces16<CTP, 64>([&](int t, int x) {
         if (t < ct)
@@ -2186,12 +2153,7 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
         if (!SPLIT) {
             cp_token_rows<64, 64>(dst, LDT, src0 + row0 * width, (int64_t)P.H * width, lc);
         } else { /* every row of a token holds the token's key or value */
-            for_pieces16<64, 64>([&](int r, int x) {
-                if (r < lc)
-                    cp_async16(dst + r * LDT + x, src0 + (tokrow0 + (int64_t)tokof(P, r) * P.H) * width + x);
-                else
-                    *(uint4 *)(dst + r * LDT + x) = make_uint4(0, 0, 0, 0);
-            });
+            cp_rows_of<64, 64>(dst, LDT, [&](int r) { return src0 + (tokrow0 + (int64_t)tokof(P, r) * P.H) * width; }, lc);
         }
     };
     auto issue = [&](int st, int b) {
@@ -2212,13 +2174,9 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
     load_gates<bf16_t>(P, c, Gs, br);
     if (SPLIT && tid < rr) dMs[tid] = 0.f;
     const int m1 = (warp >> 1) * 16, n1 = (warp & 1) * 32; /* every product here is 64 x 64 */
-    auto zero = [](float(&a)[4][4]) {
-#pragma unroll
-        for (int i = 0; i < 16; i++) a[i >> 2][i & 3] = 0.f;
-    };
     float aT1[4][4], aT2[4][4];
-    zero(aT1);
-    zero(aT2);
+    frag_zero(aT1);
+    frag_zero(aT2);
     float db0 = 0.f, db1 = 0.f, dg0 = 0.f, dg1 = 0.f; /* shares of rows m1 + g and m1 + g + 8 */
     for (int st = 0; st < NS; st++) {
         const int b = st & 1;
@@ -2237,14 +2195,14 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
             const int v0 = (st - nkt) * GDP_TILE;
             warp_mma<4, false, true>(aT2, A, LDT, Bt, LDT, GDP_TILE, m1, n1); /* dDelta v^T */
             float X[4][4];
-            zero(X);
+            frag_zero(X);
             warp_mma<4, true, false>(X, Top, LDT, A, LDT, 64, m1, n1); /* dX_v = T^T dDelta */
             frag_rowdot_acc(X, Bt, LDT, m1, n1, db0, db1);
             if (SPLIT) {
                 frag_each(X, m1, n1, [&](int r, int x, float v) { Fv[r * LDF + x] = v; });
             } else {
                 frag_each(X, m1, n1, [&](int r, int, float &v) { v *= br[r]; });
-                frag_to_smem(X, Ost, LDT, m1, n1);
+                frag_store_bf16(X, Ost, LDT, m1, n1);
             }
             const bool last = st == nkt + nvt - 1;
             if (last) { /* dT, masked to the earlier rows: (dW R^T) diag(beta gamma) + (dDelta v^T) diag(beta) */
@@ -2255,7 +2213,7 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                         const int i = m1 + g + (e >> 1) * 8, j = n1 + nt * 8 + 2 * tq + (e & 1);
                         aT1[nt][e] = i < lc && j < lc && earlier(P, i, j) ? (aT1[nt][e] * gam[j] + aT2[nt][e]) * br[j] : 0.f;
                     }
-                frag_to_smem(aT1, dTop, LDT, m1, n1);
+                frag_store_bf16(aT1, dTop, LDT, m1, n1);
             }
             __syncthreads();
             if (SPLIT) { /* dv_t = sum_a beta_(t,a) dX_v(t,a) */
@@ -2277,18 +2235,18 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
             }
             if (last) { /* dA = -T^T dT T^T; D = dA o E (gates of earlier rows), Dp = diag(beta) D */
                 float Y[4][4];
-                zero(Y);
+                frag_zero(Y);
                 warp_mma<4, false, true>(Y, dTop, LDT, Top, LDT, 64, m1, n1);
-                frag_to_smem(Y, Yop, LDT, m1, n1);
+                frag_store_bf16(Y, Yop, LDT, m1, n1);
                 __syncthreads();
-                zero(Y);
+                frag_zero(Y);
                 warp_mma<4, true, false>(Y, Top, LDT, Yop, LDT, 64, m1, n1);
                 frag_each(Y, m1, n1, [&](int i, int j, float &v) {
                     v = i < lc && j < lc && earlier(P, i, j) ? -v * __expf(Gs[tokof(P, i)] - Gs[tokof(P, j)]) : 0.f;
                 });
-                frag_to_smem(Y, Dop, LDT, m1, n1);
+                frag_store_bf16(Y, Dop, LDT, m1, n1);
                 frag_each(Y, m1, n1, [&](int i, int, float &v) { v *= br[i]; });
-                frag_to_smem(Y, Dp, LDT, m1, n1);
+                frag_store_bf16(Y, Dp, LDT, m1, n1);
             }
         } else {
             const int c0 = (st - nkt - nvt) * GDP_TILE;
@@ -2299,8 +2257,8 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                 Rt = dTop;
             }
             float E[4][4], Q[4][4];
-            zero(E);
-            zero(Q);
+            frag_zero(E);
+            frag_zero(Q);
             warp_mma<4, true, false>(E, Top, LDT, A, LDT, 64, m1, n1); /* dX_r = T^T dW */
             frag_each(E, m1, n1, [&](int r, int, float &v) { v *= gam[r]; });
             warp_mma<4, false, false>(E, Dop, LDT, Bt, LDT, 64, m1, n1); /* E = gamma dX_r + D Kw */
@@ -2353,7 +2311,7 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                         E[nt][2 * hh] = br[r] * E[nt][2 * hh] + (cw.x + Q[nt][2 * hh]);
                         E[nt][2 * hh + 1] = br[r] * E[nt][2 * hh + 1] + (cw.y + Q[nt][2 * hh + 1]);
                     }
-                frag_to_smem(E, Ost, LDT, m1, n1);
+                frag_store_bf16(E, Ost, LDT, m1, n1);
                 __syncthreads();
                 for_pieces16<64, 64>([&](int i, int x) {
                     if (i < lc) *(uint4 *)((bf16_t *)P.dk + row0 * P.K + i * kstride + c0 + x) = *(const uint4 *)(Ost + i * LDT + x);
