@@ -4,8 +4,8 @@
  *     block), W 1..8, silu on/off, acc_dx / acc_dw on/off, dx or dw alone, T of 0, below W, below one
  *     segment and not a multiple of CONV_STEPS, many segments of 64 steps, B 1..4;
  *   - the same bf16 case with every tensor moved by 2, 4 and 8 bytes, which caps the channels per thread
- *     at 1, 2 and 4 (below the kernels' own maxima, conv_fwd_max_vec / conv_bwd_max_vec): each path
- *     must give the bits of the one-channel path (offset 2).
+ *     at 1, 2 and 4, or at the kernels' own maxima where those are lower (conv_fwd_max_vec /
+ *     conv_bwd_max_vec): each path must give the bits of the one-channel path (offset 2).
  * Outputs start as NaN (0xFF bytes) unless accumulated into, so an element nobody wrote fails, and the
  * bytes around each output must stay 0xFF (no vector store past a row).
  * GDP_CONV_BENCH=1 then times forward and backward at the base model's shapes (B 8, T 2048, bf16, W 4,
