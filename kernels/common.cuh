@@ -20,12 +20,13 @@ static inline unsigned int grid_for(long long n, int block) {
     return (unsigned int)(g < 1 ? 1 : g);
 }
 
-/* The logistic function without overflow for large |x| (op_sigmoid, SiLU, SwiGLU, gates). */
-__device__ __forceinline__ float sigmoid_f32(float x) {
-    if (x >= 0.f) return 1.f / (1.f + expf(-x));
-    const float e = expf(x);
-    return e / (1.f + e);
-}
+/* The logistic function (op_sigmoid, SiLU, SwiGLU, gates, the conv's SiLU) from the hardware exp2 and
+ * reciprocal: a few ulp from the correctly rounded value, far inside the f32 tests' 1e-4 and bf16's
+ * 2^-8. The IEEE form (expf, a branch on the sign, a full-precision division) made the element-wise
+ * kernels that call it compute-bound: on the H200 the conv + SiLU forward at B 8, T 2048, C 2304 took
+ * 0.102 ms with it and 0.051 ms with this (copy bandwidth: 0.041 ms). No overflow: for x -> -inf,
+ * __expf(-x) -> inf and the approximate division by inf gives 0; for x -> +inf it gives 1. */
+__device__ __forceinline__ float sigmoid_f32(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
 
 /* Runs body(T) with T = float or __nv_bfloat16 according to a DType; anything else is fatal. */
 #define DISPATCH_F32_BF16(dt, opname, ...)                                                     \

@@ -6,8 +6,7 @@
  * type, and the same operations in the same order per channel whatever V: every V gives the same bits.
  *
  * V > 1 is for bf16: with V = 1 a warp moves only 64 bytes per time step and tensor (half a cache line
- * per load) and each 2-byte element pays its own load, store and index arithmetic; in a training profile
- * (H200, B 8, T 2048) those kernels ran at about a third of the memory bandwidth. bf16 takes the widest
+ * per load) and each 2-byte element pays its own load, store and index arithmetic. bf16 takes the widest
  * V that C and the tensors' alignment allow, up to the measured best (conv_fwd_max_vec /
  * conv_bwd_max_vec); f32, odd C and misaligned tensors keep V = 1.
  *
@@ -28,15 +27,15 @@
 #define CONV_STEPS 4
 
 /* Most channels a thread takes. Measured on the H200 (tests/gpu/test_gpu_conv, GDP_CONV_BENCH=1; B 8,
- * T 2048, bf16, W 4, silu; ms at C 768 / 1536 / 2304):
- *   forward  V 1: 0.047 / 0.081 / 0.116   V 2: 0.044 / 0.074 / 0.103   V 4: 0.058 / 0.084 / 0.123
- *            V 8: 0.066 / 0.130 / 0.190
- *   backward V 1: 0.073 / 0.129 / 0.188   V 2: 0.094 / 0.157 / 0.224   V 4: 0.142 / 0.199 / 0.321
- * so bf16 takes V 2 forward and stays at one channel backward. Wider V leaves fewer threads (a grid of
- * C / (128 V) blocks per segment, the last one partly idle) and more registers per thread (backward
- * V 4: 162); none of them reached half the memory bandwidth, which needs another layout. */
+ * T 2048, bf16, W 4, silu; ms at C 768 / 1536 / 2304). With the IEEE sigmoid these kernels were
+ * compute-bound at any width (forward V 2: 0.044 / 0.074 / 0.103, V 8: 0.066 / 0.130 / 0.190;
+ * backward V 1: 0.073 / 0.129 / 0.188, V 4: 0.142 / 0.199 / 0.321). With the hardware-exp sigmoid
+ * (common.cuh): forward V 1 0.026 / 0.044 / 0.061, V 2 0.026 / 0.041 / 0.056; backward (with the dw
+ * column sum) V 1 0.052 / 0.092 / 0.131, V 2 0.051 / 0.088 / 0.126. A copy of C 2304 takes 0.041.
+ * Wider V leaves fewer threads and more registers per thread (backward V 4: 162), and was slower in
+ * both builds, so bf16 takes V 2 in both directions. */
 template <typename T, int KW> constexpr int conv_fwd_max_vec() { return sizeof(T) != 2 ? 1 : 2; }
-template <typename T, int KW> constexpr int conv_bwd_max_vec() { return 1; }
+template <typename T, int KW> constexpr int conv_bwd_max_vec() { return sizeof(T) != 2 ? 1 : 2; }
 
 /* V adjacent channels of one time step: one load or store of V * sizeof(T) bytes. */
 template <typename T, int V> struct alignas(sizeof(T) * V) ConvVec {
