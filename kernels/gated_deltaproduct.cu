@@ -229,12 +229,14 @@ template <typename IT>
 __device__ void split_keys(const Params &P, const ChunkCtx &c, IT *Kw, int ldk, IT *R, int ldr, int c0, int cols,
                            bool mask_kw) {
     const int n = P.n, cpr = cols >> 3, ntok = (GDP_CHUNK + n - 1) / n;
+    /* cols is a tile width or KP: a power of two but for odd KP, where the division stays */
+    const bool cpr_pow2 = (cpr & (cpr - 1)) == 0;
+    const int cpr_log = __ffs(cpr) - 1;
     const float *M = P.mask + (int64_t)c.h * n * n;
     for (int e = threadIdx.x; e < ntok * cpr; e += blockDim.x) {
-        const int t = e / cpr, x = (e - t * cpr) * 8, X = c0 + x;
+        const int t = cpr_pow2 ? e >> cpr_log : e / cpr, x = (e - t * cpr) * 8, X = c0 + x;
         float v[8];
-        int b[8];
-        if (P.wsl8 && X + 8 <= P.K) { /* the group lies in one slice */
+        if (P.wsl8 && X + 8 <= P.K) { /* the group lies in one slice: one mask entry per row */
             const int bb = slice_of(P, X);
             if (t < c.ct) {
                 ld8(v, Kw + (t * n + bb) * ldk + x);
@@ -242,14 +244,29 @@ __device__ void split_keys(const Params &P, const ChunkCtx &c, IT *Kw, int ldk, 
 #pragma unroll
                 for (int j = 0; j < 8; j++) v[j] = 0.f;
             }
+            for (int a = 0; a < n; a++) {
+                const int row = t * n + a;
+                if (row >= GDP_CHUNK) break;
+                float o[8];
+                if (R) {
+                    const float m = __ldg(M + a * n + bb);
 #pragma unroll
-            for (int j = 0; j < 8; j++) b[j] = bb;
-        } else {
+                    for (int j = 0; j < 8; j++) o[j] = m * v[j];
+                    st8(R + row * ldr + x, o);
+                }
+                if (mask_kw) {
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                b[j] = X + j < P.K ? slice_of(P, X + j) : -1;
-                v[j] = t < c.ct && b[j] >= 0 ? tof(Kw[(t * n + b[j]) * ldk + x + j]) : 0.f;
+                    for (int j = 0; j < 8; j++) o[j] = bb == a ? v[j] : 0.f;
+                    st8(Kw + row * ldk + x, o);
+                }
             }
+            continue;
+        }
+        int b[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            b[j] = X + j < P.K ? slice_of(P, X + j) : -1;
+            v[j] = t < c.ct && b[j] >= 0 ? tof(Kw[(t * n + b[j]) * ldk + x + j]) : 0.f;
         }
         for (int a = 0; a < n; a++) {
             const int row = t * n + a;
@@ -1861,7 +1878,8 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_b(Param
  * scalings move into the epilogues: dT = (dW R^T) diag(beta gamma) + (dDelta v^T) diag(beta).
  * Split mode makes R (and K_w) from the raw key tile in shared memory (split_keys): R in place of
  * the raw tile in the first K pass; K_w in place and R into Yop (free by then) in the last. */
-constexpr int GDP_SPLIT_FAST_RR = 64;
+constexpr int GDP_SPLIT_FAST_RR = 64, GDP_SPLIT_FAST_N = 8; /* n * n <= RR, so n <= N */
+static_assert(GDP_SPLIT_FAST_N * GDP_SPLIT_FAST_N == GDP_SPLIT_FAST_RR, "the largest n of the split fast paths");
 template <typename IT> struct BwdBhSmem {
     float *Gs, *br, *gam, *dbr, *dGr, *part, *dMs, *F1;
     IT *A[2], *B[2], *C[2], *Top, *dTop, *Yop, *Dp;
@@ -2118,8 +2136,9 @@ template <typename IT, bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2
  * the output staging, 32 columns each. */
 struct BwdBFastSmem {
     static constexpr int TILE = 64 * LDT;
-    /* Gs, br, gam, dGr [64]; pdb, pdg [64][2]; dM [GDP_SPLIT_FAST_RR] */
-    static constexpr int NSCAL = 4 * 64 + 2 * 128 + GDP_SPLIT_FAST_RR;
+    /* Gs, br, gam, dGr [64]; pdb, pdg [64][2]; dM [GDP_SPLIT_FAST_RR]; split dM per (warp, a, 8-column
+     * group) [NTHREADS / 32][GDP_SPLIT_FAST_N][8] */
+    static constexpr int NSCAL = 4 * 64 + 2 * 128 + GDP_SPLIT_FAST_RR + NTHREADS / 32 * GDP_SPLIT_FAST_N * 8;
     /* A, B, C of two stages; T, dT, Y, D, diag(beta) D, the output staging */
     static constexpr size_t BYTES = NSCAL * 4 + (size_t)12 * TILE * 2;
 };
@@ -2135,7 +2154,7 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
     const int nkt = P.nkt, nvt = P.nvt, NS = 2 * nkt + nvt, lc = c.lc, ct = c.ct, n = P.n, tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, rr = SPLIT ? n * n : 0;
     float *Gs = (float *)smem, *br = Gs + 64, *gam = br + 64, *dGr = gam + 64, *pdb = dGr + 64, *pdg = pdb + 128;
-    float *dMs = pdg + 128;
+    float *dMs = pdg + 128, *dMp = dMs + GDP_SPLIT_FAST_RR;
     bf16_t *buf = (bf16_t *)(smem + SM::NSCAL * 4);
     auto Ab = [&](int b) { return buf + (3 * b) * SM::TILE; };
     auto Bb = [&](int b) { return buf + (3 * b + 1) * SM::TILE; };
@@ -2278,28 +2297,51 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                 frag_each(E, m1, n1, [&](int r, int x, float v) { Eh[r * LDH + x - n1] = v; });
                 __syncthreads();
                 const float *Mh = P.mask + (int64_t)c.h * rr;
-                auto Ef = [&](int r, int x) { return x < 32 ? ((const float *)A)[r * LDH + x] : ((const float *)Ost)[r * LDH + x - 32]; };
-                /* dk_t[x] = dKw_(t,b)[x] + sum_a M[a,b] beta_(t,a) E_(t,a)[x], b = slice of x */
-                for (int e = tid; e < ct * 64; e += NTHREADS) {
-                    const int t = e >> 6, x = e & 63, bs = slice_of(P, c0 + x);
-                    float acc = tof(C[(t * n + bs) * LDT + x]);
-                    for (int a = 0; a < n; a++) acc += __ldg(Mh + a * n + bs) * br[t * n + a] * Ef(t * n + a, x);
-                    ((bf16_t *)P.dk)[(tokrow0 + (int64_t)t * P.H) * P.K + c0 + x] = fromf<bf16_t>(acc);
-                }
-                /* dM[a,b] += sum_t sum_{x in slice b} beta_(t,a) E_(t,a)[x] k_t[x] (k_t[x] = Kw_(t,b)[x]) */
-                const int wsl = P.K / n;
-                for (int pr = warp; pr < rr; pr += NTHREADS / 32) {
-                    const int a = pr / n, bs = pr - a * n;
-                    const int xlo = max(bs * wsl, c0) - c0, xhi = min((bs + 1) * wsl, c0 + GDP_TILE) - c0;
-                    if (xhi <= xlo) continue;
-                    float sm = 0.f;
-                    for (int t = 0; t < ct; t++) {
-                        float u = 0.f;
-                        for (int x = xlo + lane; x < xhi; x += 32) u += Ef(t * n + a, x) * tof(Bt[(t * n + bs) * LDT + x]);
-                        sm += br[t * n + a] * u;
+                /* A thread per (token, 8-column group); the group lies in one slice bs (K/n is a multiple
+                 * of 8 wherever K is of 64 and n <= 8). dk_t = dK_w(t,bs) + sum_a M[a,bs] beta_(t,a)
+                 * E_(t,a), and the same E rows give the dM terms beta_(t,a) <E_(t,a), k_t> over the
+                 * group, summed over the lanes of one group (xor 8, 16) into dMp[warp][a][group]. */
+                const int x = (tid & 7) * 8, bs = slice_of(P, c0 + x);
+                const float *Eb = x < 32 ? (const float *)A + x : (const float *)Ost + (x - 32);
+                for (int e0 = 0; e0 < ct * 8; e0 += NTHREADS) { /* the bound is the block's: the shuffles below */
+                    const int e = e0 + tid, t = e >> 3;
+                    const bool ok = e < ct * 8;
+                    float acc[8], kv[8];
+                    if (ok) {
+                        ld8(acc, C + (t * n + bs) * LDT + x);
+                        ld8(kv, Bt + (t * n + bs) * LDT + x);
                     }
-                    sm = warp_sum(sm);
-                    if (lane == 0) dMs[pr] += sm;
+                    for (int a = 0; a < n; a++) {
+                        float u = 0.f, bt = 0.f;
+                        if (ok) {
+                            bt = br[t * n + a];
+                            const float f = __ldg(Mh + a * n + bs) * bt;
+                            float ev[8];
+                            ld8(ev, Eb + (t * n + a) * LDH);
+#pragma unroll
+                            for (int j = 0; j < 8; j++) {
+                                acc[j] += f * ev[j];
+                                u += ev[j] * kv[j];
+                            }
+                        }
+                        float v = bt * u;
+                        v += __shfl_xor_sync(0xffffffffu, v, 8);
+                        v += __shfl_xor_sync(0xffffffffu, v, 16);
+                        if (lane < 8) {
+                            float &slot = dMp[(warp * GDP_SPLIT_FAST_N + a) * 8 + lane];
+                            slot = (e0 ? slot : 0.f) + v;
+                        }
+                    }
+                    if (ok) st8((bf16_t *)P.dk + (tokrow0 + (int64_t)t * P.H) * P.K + c0 + x, acc);
+                }
+                __syncthreads();
+                if (tid < rr) { /* dM[a, b] over the warps and the groups of slice b, in a fixed order */
+                    const int a = tid / n, bsl = tid - a * n;
+                    float sm = 0.f;
+                    for (int w = 0; w < NTHREADS / 32; w++)
+                        for (int gi = 0; gi < 8; gi++)
+                            if (slice_of(P, c0 + gi * 8) == bsl) sm += dMp[(w * GDP_SPLIT_FAST_N + a) * 8 + gi];
+                    dMs[tid] += sm;
                 }
             } else {
 #pragma unroll
@@ -2637,6 +2679,15 @@ static void fill_params(const GdpDesc *d, const GdpPlan &pl, void *ws, Params &P
 /* tables, prep, state: shared by the forward and the backward (which recomputes h and Delta) */
 template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan &pl, Params &P, cudaStream_t st,
                                                   int limit) {
+    const int ns = env_on("GDP_STATE_NS3") ? 3 : 2, cands[2] = {64, 32};
+    const int fast_bv = use_fast_seq<IT>() ? pick_fast_bv(
+                                                 pl, "GDP_BV_STATE", cands, 2, [&](int b) { return state_fast_kernel(pl.KP, b, ns); },
+                                                 [&](int b) { return state_fast_smem(pl.KP, b, ns); })
+                                           : 0;
+    /* The fused state + output pass exists only as a generic kernel: where the fast state kernel
+     * runs, it and k_output are faster (H200, B 2, T 8192, H 16, n 2: fused k_state 1.262 ms against
+     * k_state_fast 0.412 + k_output about 0.21). */
+    if (fast_bv) P.fuse_out = false;
     if (P.fuse_out && (!pick_bv<IT>(pl, false, true, k_state<IT>, P.bv, P.nst) || P.nst != 2)) P.fuse_out = false;
     if (!P.fuse_out && !pick_bv<IT>(pl, false, false, k_state<IT>, P.bv, P.nst))
         return gdp_fail(GDP_ERR_UNSUPPORTED, "%s: K=%d needs more shared memory than this GPU has", who, P.K);
@@ -2656,16 +2707,10 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
         LAUNCH(k_prep2<IT>, dim3(P.NCmax, P.H), sp2);
     else
         LAUNCH(k_prep<IT>, dim3(P.NCmax, P.H), PrepSmem<IT>::carve(nullptr, nullptr));
-    if (!P.fuse_out && use_fast_seq<IT>()) {
-        const int ns = env_on("GDP_STATE_NS3") ? 3 : 2, cands[2] = {64, 32};
-        const int bv = pick_fast_bv(
-            pl, "GDP_BV_STATE", cands, 2, [&](int b) { return state_fast_kernel(pl.KP, b, ns); },
-            [&](int b) { return state_fast_smem(pl.KP, b, ns); });
-        if (bv) {
-            P.bv = bv;
-            return launch(who, "k_state_fast", state_fast_kernel(pl.KP, bv, ns), dim3(P.N * P.H, pl.VP / bv),
-                          state_fast_smem(pl.KP, bv, ns), st, P);
-        }
+    if (fast_bv) {
+        P.bv = fast_bv;
+        return launch(who, "k_state_fast", state_fast_kernel(pl.KP, fast_bv, ns), dim3(P.N * P.H, pl.VP / fast_bv),
+                      state_fast_smem(pl.KP, fast_bv, ns), st, P);
     }
     LAUNCH(k_state<IT>, dim3(P.N * P.H, (P.VP + P.bv - 1) / P.bv), ss);
     return GDP_OK;
@@ -2758,7 +2803,7 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
     const bool fast_b = fast_bwd && BwdBFastSmem::BYTES <= (size_t)limit;
     if (fast_b && d->mode == GDP_MODE_HOUSEHOLDER)
         LAUNCH(k_bwd_b_fast<false>, dim3(P.NCmax, P.H), BwdBFastSmem::BYTES);
-    else if (fast_b && rr <= GDP_SPLIT_FAST_RR)
+    else if (fast_b && rr <= GDP_SPLIT_FAST_RR && P.wsl8) /* wsl8 holds wherever fast_shape does */
         LAUNCH(k_bwd_b_fast<true>, dim3(P.NCmax, P.H), BwdBFastSmem::BYTES);
     else if (d->mode == GDP_MODE_HOUSEHOLDER && sbh <= (size_t)limit)
         LAUNCH((k_bwd_b_hh<IT, false>), dim3(P.NCmax, P.H), sbh);
