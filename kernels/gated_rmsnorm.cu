@@ -1,14 +1,130 @@
-/* CUDA gated RMSNorm: one warp per row (float accumulation), a deterministic two-stage dw reduction. */
-#include "kernels/common.cuh"
+/* CUDA gated RMSNorm (float accumulation). Rows of a multiple of 8 elements, up to 512, with 16-byte
+ * aligned tensors take the row-group kernels of kernels/norm_rows.cuh: each of o, z and dy is read
+ * once, and one backward kernel gives dz, do and the dw column partials (a lane owns fixed columns, so
+ * it sums dw over the rows its group takes). Other rows: one warp a row, one column a lane, with dw
+ * from a separate partial kernel. Both end in the same fixed-order sum of the partials. */
 #include "kernels/gated_rmsnorm.h"
+#include "kernels/norm_rows.cuh"
 
-#define GRMS_ROWS_PER_BLOCK 8
+#define GRMS_MAX_NC 2
+#define GRMS_ROWS_PER_BLOCK 8 /* one-warp-a-row kernels */
 
-static __device__ __forceinline__ float grms_warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
+/* ---- row groups (norm_rows.cuh) ---------------------------------------------------------------- */
+template <typename T, int LG, int NC>
+__global__ void __launch_bounds__(NORM_THREADS)
+    grms_fwd_vec_kernel(T *y, float *rstd, const T *o, const T *z, const T *w, long long rows, int D, float eps) {
+    const int li = threadIdx.x & (LG - 1), nch = D >> 3;
+    const long long row = blockIdx.x * (long long)(NORM_THREADS / LG) + threadIdx.x / LG;
+    const bool ok = row < rows;
+    const long long off = ok ? row * D : 0;
+    Raw8<T> ro[NC], rz[NC];
+#pragma unroll
+    for (int k = 0; k < NC; k++) {
+        const int ch = li + k * LG;
+        raw8_load_if(ro[k], o, off + 8 * ch, ok && ch < nch);
+        raw8_load_if(rz[k], z, off + 8 * ch, ok && ch < nch);
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int k = 0; k < NC; k++) {
+        float f[8];
+        raw8_floats(ro[k], f);
+#pragma unroll
+        for (int j = 0; j < 8; j++) ss += f[j] * f[j];
+    }
+    ss = norm_group_sum<LG>(ss);
+    if (!ok) return;
+    const float r = 1.f / sqrtf(ss / (float)D + eps);
+    if (li == 0) rstd[row] = r;
+#pragma unroll
+    for (int k = 0; k < NC; k++) {
+        const int ch = li + k * LG;
+        if (ch >= nch) continue;
+        float ov[8], zv[8], wv[8];
+        raw8_floats(ro[k], ov), raw8_floats(rz[k], zv), load8(w + 8 * ch, wv);
+#pragma unroll
+        for (int j = 0; j < 8; j++) ov[j] = ov[j] * r * wv[j] * zv[j] * sigmoid_f32(zv[j]);
+        store8(y + off + 8 * ch, ov);
+    }
 }
 
+/* Rows [blockIdx.x * per, + per): dz and do where asked for, and with partial the block's dw column
+ * sums into partial[blockIdx.x][D] (dynamic shared memory of D floats). d_o may be dz (o and z one
+ * tensor; the glue then passes acc_o = 1): do is then added to the dz just stored, as rounded, which is
+ * what the CPU path and the one-warp-a-row kernel give (dz written first, do added into it). */
+template <typename T, int LG, int NC>
+__global__ void __launch_bounds__(NORM_THREADS)
+    grms_bwd_vec_kernel(T *d_o, T *dz, float *partial, const T *dy, const T *o, const T *z, const T *w,
+                        const float *rstd, long long rows, int D, long long per, int acc_o, int acc_z) {
+    extern __shared__ float grms_part[];
+    const int li = threadIdx.x & (LG - 1), nch = D >> 3;
+    const bool alias = d_o && d_o == dz;
+    float wv[NC][8], dwa[NC][8];
+#pragma unroll
+    for (int k = 0; k < NC; k++) {
+        const int ch = li + k * LG;
+#pragma unroll
+        for (int j = 0; j < 8; j++) wv[k][j] = 0.f, dwa[k][j] = 0.f;
+        if (ch < nch) load8(w + 8 * ch, wv[k]);
+    }
+    const long long r0 = blockIdx.x * per, r1 = r0 + per < rows ? r0 + per : rows;
+    for (long long base = r0; base < r1; base += NORM_THREADS / LG) {
+        const long long row = base + threadIdx.x / LG;
+        const bool ok = row < r1;
+        const long long off = ok ? row * D : 0;
+        Raw8<T> rg[NC], ro[NC], rz[NC], rdz[NC], rdo[NC];
+#pragma unroll
+        for (int k = 0; k < NC; k++) {
+            const int ch = li + k * LG;
+            const bool in = ok && ch < nch;
+            raw8_load_if(rg[k], dy, off + 8 * ch, in);
+            raw8_load_if(ro[k], o, off + 8 * ch, in);
+            raw8_load_if(rz[k], z, off + 8 * ch, in);
+            raw8_load_if(rdz[k], dz, off + 8 * ch, in && dz && acc_z);
+            raw8_load_if(rdo[k], d_o, off + 8 * ch, in && d_o && acc_o && !alias);
+        }
+        const float r = ok ? rstd[row] : 0.f;
+        /* Per element: oh = o r, t = dy silu(z), g = t w; the reduction is over g oh, dw sums t oh. */
+        float oh[NC][8], g[NC][8], base_o[NC][8], dot = 0.f;
+#pragma unroll
+        for (int k = 0; k < NC; k++) {
+            const int ch = li + k * LG;
+            float gy[8], ov[8], zv[8], dzv[8];
+            raw8_floats(rg[k], gy), raw8_floats(ro[k], ov), raw8_floats(rz[k], zv);
+            raw8_floats(rdz[k], dzv), raw8_floats(rdo[k], base_o[k]);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float s = sigmoid_f32(zv[j]), t = gy[j] * zv[j] * s;
+                oh[k][j] = ov[j] * r;
+                g[k][j] = t * wv[k][j];
+                dot += g[k][j] * oh[k][j];
+                dwa[k][j] += t * oh[k][j];
+                const float v = gy[j] * oh[k][j] * wv[k][j] * s * (1.f + zv[j] * (1.f - s));
+                dzv[j] = acc_z ? dzv[j] + v : v;
+            }
+            if (dz && ok && ch < nch) {
+                store8(dz + off + 8 * ch, dzv);
+                if (alias && acc_o)
+#pragma unroll
+                    for (int j = 0; j < 8; j++) base_o[k][j] = to_f32(from_f32<T>(dzv[j]));
+            }
+        }
+        dot = norm_group_sum<LG>(dot) / (float)D;
+        if (d_o && ok)
+#pragma unroll
+            for (int k = 0; k < NC; k++) {
+                const int ch = li + k * LG;
+                if (ch >= nch) continue;
+                float v[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++) v[j] = base_o[k][j] + r * (g[k][j] - oh[k][j] * dot);
+                store8(d_o + off + 8 * ch, v);
+            }
+    }
+    if (partial) norm_block_column_sums<LG, NC>(partial, grms_part, dwa, D);
+}
+
+/* ---- one warp a row, one column a lane: any D and alignment ----------------------------------- */
 template <typename T>
 __global__ void grms_fwd_kernel(T *y, float *rstd, const T *o, const T *z, const T *w, long long rows, int D,
                                 float eps) {
@@ -20,7 +136,7 @@ __global__ void grms_fwd_kernel(T *y, float *rstd, const T *o, const T *z, const
         float v = to_f32(orow[c]);
         ss += v * v;
     }
-    float r = 1.f / sqrtf(grms_warp_sum(ss) / (float)D + eps);
+    float r = 1.f / sqrtf(norm_group_sum<32>(ss) / (float)D + eps);
     if (threadIdx.x == 0) rstd[row] = r;
     for (int c = threadIdx.x; c < D; c += 32) {
         float zc = to_f32(zr[c]);
@@ -47,7 +163,7 @@ __global__ void grms_bwd_oz_kernel(T *d_o, T *dz, const T *dy, const T *o, const
             *d = from_f32<T>(acc_z ? to_f32(*d) + v : v);
         }
     }
-    dot = grms_warp_sum(dot) / (float)D;
+    dot = norm_group_sum<32>(dot) / (float)D;
     if (!d_o) return;
     for (int c = threadIdx.x; c < D; c += 32) {
         float zc = to_f32(zr[c]);
@@ -58,6 +174,7 @@ __global__ void grms_bwd_oz_kernel(T *d_o, T *dz, const T *dy, const T *o, const
     }
 }
 
+/* Block (32, 8): 32 columns of one chunk of rows; fixed-order shared reduction. */
 template <typename T>
 __global__ void grms_dw_partial_kernel(float *partial, const T *dy, const T *o, const T *z, const float *rstd,
                                        long long rows, int D, long long rows_per_chunk) {
@@ -80,15 +197,6 @@ __global__ void grms_dw_partial_kernel(float *partial, const T *dy, const T *o, 
     }
 }
 
-template <typename T>
-__global__ void grms_dw_final_kernel(T *dw, const float *partial, int chunks, int D, int accumulate) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= D) return;
-    float t = 0.f;
-    for (int k = 0; k < chunks; k++) t += partial[(long long)k * D + c];
-    dw[c] = from_f32<T>(accumulate ? to_f32(dw[c]) + t : t);
-}
-
 static unsigned grms_row_blocks(long long rows) {
     return (unsigned)((rows + GRMS_ROWS_PER_BLOCK - 1) / GRMS_ROWS_PER_BLOCK);
 }
@@ -96,38 +204,58 @@ static unsigned grms_row_blocks(long long rows) {
 extern "C" void gated_rmsnorm_forward_cuda(DType dt, void *y, float *rstd, const void *o, const void *z, const void *w,
                                            int64_t rows, int64_t D, double eps, void *stream) {
     if (rows == 0 || D == 0) return;
-    dim3 block(32, GRMS_ROWS_PER_BLOCK);
-    DISPATCH_F32_BF16(dt, "gated_rmsnorm",
-                      grms_fwd_kernel<T><<<grms_row_blocks(rows), block, 0, (cudaStream_t)stream>>>(
-                          (T *)y, rstd, (const T *)o, (const T *)z, (const T *)w, rows, (int)D, (float)eps));
-    KERNEL_CHECK();
-}
-
-extern "C" void gated_rmsnorm_backward_oz_cuda(DType dt, void *d_o, void *dz, const void *dy, const void *o,
-                                               const void *z, const void *w, const float *rstd, int64_t rows,
-                                               int64_t D, int acc_o, int acc_z, void *stream) {
-    if (rows == 0 || D == 0 || (!d_o && !dz)) return;
-    dim3 block(32, GRMS_ROWS_PER_BLOCK);
-    DISPATCH_F32_BF16(dt, "gated_rmsnorm",
-                      grms_bwd_oz_kernel<T><<<grms_row_blocks(rows), block, 0, (cudaStream_t)stream>>>(
-                          (T *)d_o, (T *)dz, (const T *)dy, (const T *)o, (const T *)z, (const T *)w, rstd, rows,
-                          (int)D, acc_o, acc_z));
-    KERNEL_CHECK();
-}
-
-extern "C" void gated_rmsnorm_backward_dw_cuda(DType dt, void *dw, float *partial, const void *dy, const void *o,
-                                               const void *z, const float *rstd, int64_t rows, int64_t D,
-                                               int accumulate, void *stream) {
-    if (D == 0) return;
     cudaStream_t s = (cudaStream_t)stream;
-    int64_t chunks = gated_rmsnorm_dw_chunks(rows);
-    long long per = (rows + chunks - 1) / chunks;
-    dim3 block(32, 8), grid((unsigned)((D + 31) / 32), (unsigned)chunks);
-    DISPATCH_F32_BF16(dt, "gated_rmsnorm", grms_dw_partial_kernel<T><<<grid, block, 0, s>>>(
-                                               partial, (const T *)dy, (const T *)o, (const T *)z, rstd, rows, (int)D,
-                                               per > 0 ? per : 1));
+    const int shape = norm_shape(D, GRMS_MAX_NC, y, o, z, w);
+    if (shape >= 0) {
+        const unsigned grid = (unsigned)((rows + norm_rows_per_step(shape) - 1) / norm_rows_per_step(shape));
+        DISPATCH_F32_BF16(dt, "gated_rmsnorm",
+                          NORM_SHAPES_512(shape, grms_fwd_vec_kernel<T, LG, NC><<<grid, NORM_THREADS, 0, s>>>(
+                                                     (T *)y, rstd, (const T *)o, (const T *)z, (const T *)w, rows,
+                                                     (int)D, (float)eps)));
+    } else {
+        DISPATCH_F32_BF16(dt, "gated_rmsnorm",
+                          grms_fwd_kernel<T><<<grms_row_blocks(rows), dim3(32, GRMS_ROWS_PER_BLOCK), 0, s>>>(
+                              (T *)y, rstd, (const T *)o, (const T *)z, (const T *)w, rows, (int)D, (float)eps));
+    }
     KERNEL_CHECK();
-    DISPATCH_F32_BF16(dt, "gated_rmsnorm", grms_dw_final_kernel<T><<<(unsigned)((D + 255) / 256), 256, 0, s>>>(
-                                               (T *)dw, partial, (int)chunks, (int)D, accumulate));
-    KERNEL_CHECK();
+}
+
+extern "C" void gated_rmsnorm_backward_cuda(DType dt, void *d_o, void *dz, void *dw, float *partial, const void *dy,
+                                            const void *o, const void *z, const void *w, const float *rstd,
+                                            int64_t rows, int64_t D, int acc_o, int acc_z, int acc_w, void *stream) {
+    if (D == 0 || (!d_o && !dz && !dw)) return;
+    cudaStream_t s = (cudaStream_t)stream;
+    const long long chunks = gated_rmsnorm_dw_chunks(rows), per_chunk = (rows + chunks - 1) / chunks;
+    const int shape = norm_shape(D, GRMS_MAX_NC, d_o, dz, dy, o, z, w);
+    if (shape >= 0) {
+        /* With dw, one block per chunk of rows (its column sums are one partial); without it, one
+         * step of rows per block. */
+        const long long step = norm_rows_per_step(shape), per = dw ? per_chunk : step;
+        const unsigned grid = (unsigned)(dw ? chunks : (rows + step - 1) / step);
+        const size_t smem = dw ? (size_t)D * sizeof(float) : 0;
+        if (grid)
+            DISPATCH_F32_BF16(dt, "gated_rmsnorm",
+                              NORM_SHAPES_512(shape, grms_bwd_vec_kernel<T, LG, NC><<<grid, NORM_THREADS, smem, s>>>(
+                                                         (T *)d_o, (T *)dz, dw ? partial : NULL, (const T *)dy,
+                                                         (const T *)o, (const T *)z, (const T *)w, rstd, rows, (int)D,
+                                                         per, acc_o, acc_z)));
+        KERNEL_CHECK();
+    } else {
+        if (rows && (d_o || dz)) {
+            DISPATCH_F32_BF16(dt, "gated_rmsnorm",
+                              grms_bwd_oz_kernel<T><<<grms_row_blocks(rows), dim3(32, GRMS_ROWS_PER_BLOCK), 0, s>>>(
+                                  (T *)d_o, (T *)dz, (const T *)dy, (const T *)o, (const T *)z, (const T *)w, rstd,
+                                  rows, (int)D, acc_o, acc_z));
+            KERNEL_CHECK();
+        }
+        if (dw) {
+            dim3 grid((unsigned)((D + 31) / 32), (unsigned)chunks);
+            DISPATCH_F32_BF16(dt, "gated_rmsnorm",
+                              grms_dw_partial_kernel<T><<<grid, dim3(32, 8), 0, s>>>(
+                                  partial, (const T *)dy, (const T *)o, (const T *)z, rstd, rows, (int)D,
+                                  per_chunk > 0 ? per_chunk : 1));
+            KERNEL_CHECK();
+        }
+    }
+    if (dw) DISPATCH_F32_BF16(dt, "gated_rmsnorm", norm_dw_final((T *)dw, partial, chunks, (int)D, acc_w, s));
 }

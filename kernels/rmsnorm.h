@@ -5,7 +5,9 @@
  *   dw[c] = sum over rows of dy * xhat, reduced deterministically: on CUDA each of
  *   rmsnorm_dw_chunks(rows) chunks of rows writes a float partial per column into `partial`
  *   (chunks * C floats of device scratch), then the partials are summed in chunk order.
- * `accumulate` adds into dx / dw instead of overwriting. */
+ * On the CPU dx and dw are separate calls; on CUDA one call makes both (one pass over dy and x when
+ * the rows allow); dx or dw may be NULL (partial is read only with dw, which needs w).
+ * `accumulate` (acc_x, acc_w) adds into dx / dw instead of overwriting. */
 #pragma once
 #include <stdint.h>
 
@@ -15,6 +17,8 @@
 extern "C" {
 #endif
 
+/* 64 rows a chunk (a block of the fused backward: 8 steps of 8 rows at C 768), at most 1024. On the
+ * H200 at 16384 rows of 768 the backward took 0.0495 ms with 64, 0.0520 with 32 and 0.0499 with 128. */
 static inline int64_t rmsnorm_dw_chunks(int64_t rows) {
     int64_t k = (rows + 63) / 64;
     return k < 1 ? 1 : (k > 1024 ? 1024 : k);
@@ -30,10 +34,9 @@ void rmsnorm_backward_dw_cpu(DType dt, void *dw, const void *dy, const void *x, 
 /* CUDA: x, w and dx of x_dt; y and dy of y_dt, which is x_dt, or bf16 for f32 x. */
 void rmsnorm_forward_cuda(DType x_dt, DType y_dt, void *y, float *rstd, const void *x, const void *w, int64_t rows,
                           int64_t C, double eps, void *stream);
-void rmsnorm_backward_dx_cuda(DType x_dt, DType y_dt, void *dx, const void *dy, const void *x, const void *w,
-                              const float *rstd, int64_t rows, int64_t C, int accumulate, void *stream);
-void rmsnorm_backward_dw_cuda(DType x_dt, DType y_dt, void *dw, float *partial, const void *dy, const void *x,
-                              const float *rstd, int64_t rows, int64_t C, int accumulate, void *stream);
+void rmsnorm_backward_cuda(DType x_dt, DType y_dt, void *dx, void *dw, float *partial, const void *dy, const void *x,
+                           const void *w, const float *rstd, int64_t rows, int64_t C, int acc_x, int acc_w,
+                           void *stream);
 
 #ifdef __cplusplus
 }

@@ -24,29 +24,23 @@ static void gated_rmsnorm_backward(Ctx *ctx, Node *n) {
      * first write sets and the second accumulates. */
     Tensor *dz = z->requires_grad ? grad_dest(ctx, z, &acc_z) : NULL;
     Tensor *d_o = o->requires_grad ? grad_dest(ctx, o, &acc_o) : NULL;
+    Tensor *dw = w->requires_grad ? grad_dest(ctx, w, &acc_w) : NULL;
     void *dzd = dz ? dz->data : NULL, *dod = d_o ? d_o->data : NULL;
-    if (dzd || dod) {
-        if (ctx->device == DEV_CPU)
+    if (ctx->device == DEV_CPU) {
+        if (dzd || dod)
             gated_rmsnorm_backward_oz_cpu(o->dtype, dod, dzd, dy->data, o->data, z->data, w->data, rstd->data, rows, D,
                                           acc_o, acc_z);
-        else
-            CUDA_ONLY(gated_rmsnorm_backward_oz_cuda(o->dtype, dod, dzd, dy->data, o->data, z->data, w->data,
-                                                     (const float *)rstd->data, rows, D, acc_o, acc_z,
-                                                     ctx_stream(ctx)));
-    }
-    if (w->requires_grad) {
-        Tensor *dw = grad_dest(ctx, w, &acc_w);
-        if (ctx->device == DEV_CPU) {
-            gated_rmsnorm_backward_dw_cpu(o->dtype, dw->data, dy->data, o->data, z->data, rstd->data, rows, D, acc_w);
-        } else {
-            /* Partials live in scratch until the stream-ordered final reduction has read them. */
-            size_t mark = arena_mark(&ctx->scratch);
-            CUDA_ONLY(gated_rmsnorm_backward_dw_cuda(
-                o->dtype, dw->data,
-                (float *)arena_alloc(&ctx->scratch, (size_t)(gated_rmsnorm_dw_chunks(rows) * D) * sizeof(float)),
-                dy->data, o->data, z->data, (const float *)rstd->data, rows, D, acc_w, ctx_stream(ctx)));
-            arena_rewind(&ctx->scratch, mark);
-        }
+        if (dw) gated_rmsnorm_backward_dw_cpu(o->dtype, dw->data, dy->data, o->data, z->data, rstd->data, rows, D, acc_w);
+    } else if (dzd || dod || dw) {
+        /* One kernel for dz, do and the dw partials; the partials live in scratch until the
+         * stream-ordered final reduction has read them. */
+        size_t mark = arena_mark(&ctx->scratch);
+        CUDA_ONLY(gated_rmsnorm_backward_cuda(
+            o->dtype, dod, dzd, dw ? dw->data : NULL,
+            dw ? (float *)arena_alloc(&ctx->scratch, (size_t)(gated_rmsnorm_dw_chunks(rows) * D) * sizeof(float)) : NULL,
+            dy->data, o->data, z->data, w->data, (const float *)rstd->data, rows, D, acc_o, acc_z, acc_w,
+            ctx_stream(ctx)));
+        arena_rewind(&ctx->scratch, mark);
     }
 }
 

@@ -21,29 +21,22 @@ static void rmsnorm_backward(Ctx *ctx, Node *n) {
     Tensor *x = n->in[0], *w = n->n_in > 1 ? n->in[1] : NULL, *dy = n->out[0]->grad, *rstd = n->saved[0];
     int64_t C = x->shape[x->ndim - 1], rows = C ? x->numel / C : 0;
     const void *wd = w ? w->data : NULL;
-    bool acc;
-    if (x->requires_grad) {
-        Tensor *dx = grad_dest(ctx, x, &acc);
-        if (ctx->device == DEV_CPU)
-            rmsnorm_backward_dx_cpu(x->dtype, dx->data, dy->data, x->data, wd, rstd->data, rows, C, acc);
-        else
-            CUDA_ONLY(rmsnorm_backward_dx_cuda(x->dtype, dy->dtype, dx->data, dy->data, x->data, wd,
-                                               (const float *)rstd->data, rows, C, acc, ctx_stream(ctx)));
-    }
-    if (w && w->requires_grad) {
-        Tensor *dw = grad_dest(ctx, w, &acc);
-        if (ctx->device == DEV_CPU) {
-            rmsnorm_backward_dw_cpu(x->dtype, dw->data, dy->data, x->data, rstd->data, rows, C, acc);
-        } else {
-            /* The partials live in scratch only until the (stream-ordered) final reduction has
-             * read them; later users of scratch run after it on the same stream. */
-            size_t mark = arena_mark(&ctx->scratch);
-            CUDA_ONLY(rmsnorm_backward_dw_cuda(
-                x->dtype, dy->dtype, dw->data,
-                (float *)arena_alloc(&ctx->scratch, (size_t)(rmsnorm_dw_chunks(rows) * C) * sizeof(float)), dy->data,
-                x->data, (const float *)rstd->data, rows, C, acc, ctx_stream(ctx)));
-            arena_rewind(&ctx->scratch, mark);
-        }
+    bool acc_x = false, acc_w = false;
+    Tensor *dx = x->requires_grad ? grad_dest(ctx, x, &acc_x) : NULL;
+    Tensor *dw = w && w->requires_grad ? grad_dest(ctx, w, &acc_w) : NULL;
+    if (ctx->device == DEV_CPU) {
+        if (dx) rmsnorm_backward_dx_cpu(x->dtype, dx->data, dy->data, x->data, wd, rstd->data, rows, C, acc_x);
+        if (dw) rmsnorm_backward_dw_cpu(x->dtype, dw->data, dy->data, x->data, rstd->data, rows, C, acc_w);
+    } else if (dx || dw) {
+        /* One kernel for dx and the dw partials. The partials live in scratch only until the
+         * (stream-ordered) final reduction has read them; later users of scratch run after it on the
+         * same stream. */
+        size_t mark = arena_mark(&ctx->scratch);
+        CUDA_ONLY(rmsnorm_backward_cuda(
+            x->dtype, dy->dtype, dx ? dx->data : NULL, dw ? dw->data : NULL,
+            dw ? (float *)arena_alloc(&ctx->scratch, (size_t)(rmsnorm_dw_chunks(rows) * C) * sizeof(float)) : NULL,
+            dy->data, x->data, wd, (const float *)rstd->data, rows, C, acc_x, acc_w, ctx_stream(ctx)));
+        arena_rewind(&ctx->scratch, mark);
     }
 }
 
