@@ -34,8 +34,8 @@
  * column sum) V 1 0.052 / 0.092 / 0.131, V 2 0.051 / 0.088 / 0.126. A copy of C 2304 takes 0.041.
  * Wider V leaves fewer threads and more registers per thread (backward V 4: 162), and was slower in
  * both builds, so bf16 takes V 2 in both directions. */
-template <typename T, int KW> constexpr int conv_fwd_max_vec() { return sizeof(T) != 2 ? 1 : 2; }
-template <typename T, int KW> constexpr int conv_bwd_max_vec() { return sizeof(T) != 2 ? 1 : 2; }
+template <typename T> constexpr int conv_fwd_max_vec() { return sizeof(T) != 2 ? 1 : 2; }
+template <typename T> constexpr int conv_bwd_max_vec() { return sizeof(T) != 2 ? 1 : 2; }
 
 /* V adjacent channels of one time step: one load or store of V * sizeof(T) bytes. */
 template <typename T, int V> struct alignas(sizeof(T) * V) ConvVec {
@@ -248,17 +248,17 @@ static void conv_bwd_launch(int vec, dim3 grid, cudaStream_t s, T *dx, float *pa
     conv_bwd_kernel<T, V, KW, I><<<grid, CONV_BLOCK, 0, s>>>(dx, partial, dy, x, w, Tn, C, W, seg_len, silu, acc_dx);
 }
 
-/* Runs LAUNCH<T, KW, I, MAXVEC<T, KW>()>(...) with KW = 4 or CONV1D_MAX_W, I = int or long long. */
+/* Runs LAUNCH<T, KW, I, MAXVEC<T>()>(...) with KW = 4 or CONV1D_MAX_W, I = int or long long. */
 #define CONV_LAUNCH(LAUNCH, MAXVEC, dt, W, small, ...)                                                         \
     DISPATCH_F32_BF16(dt, "conv1d_causal", {                                                                   \
         if ((W) == 4 && (small))                                                                               \
-            LAUNCH<T, 4, int, MAXVEC<T, 4>()>(__VA_ARGS__);                                                    \
+            LAUNCH<T, 4, int, MAXVEC<T>()>(__VA_ARGS__);                                                       \
         else if ((W) == 4)                                                                                     \
-            LAUNCH<T, 4, long long, MAXVEC<T, 4>()>(__VA_ARGS__);                                              \
+            LAUNCH<T, 4, long long, MAXVEC<T>()>(__VA_ARGS__);                                                 \
         else if (small)                                                                                        \
-            LAUNCH<T, CONV1D_MAX_W, int, MAXVEC<T, CONV1D_MAX_W>()>(__VA_ARGS__);                              \
+            LAUNCH<T, CONV1D_MAX_W, int, MAXVEC<T>()>(__VA_ARGS__);                                            \
         else                                                                                                   \
-            LAUNCH<T, CONV1D_MAX_W, long long, MAXVEC<T, CONV1D_MAX_W>()>(__VA_ARGS__);                        \
+            LAUNCH<T, CONV1D_MAX_W, long long, MAXVEC<T>()>(__VA_ARGS__);                                      \
     })
 
 /* The launch grid but its x (the launchers set it), and whether the offsets the kernels form, up to
