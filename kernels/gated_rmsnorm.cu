@@ -24,15 +24,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
         raw8_load_if(ro[k], o, off + 8 * ch, ok && ch < nch);
         raw8_load_if(rz[k], z, off + 8 * ch, ok && ch < nch);
     }
-    float ss = 0.f;
-#pragma unroll
-    for (int k = 0; k < NC; k++) {
-        float f[8];
-        raw8_floats(ro[k], f);
-#pragma unroll
-        for (int j = 0; j < 8; j++) ss += f[j] * f[j];
-    }
-    ss = norm_group_sum<LG>(ss);
+    const float ss = norm_group_sumsq<LG>(ro);
     if (!ok) return;
     const float r = 1.f / sqrtf(ss / (float)D + eps);
     if (li == 0) rstd[row] = r;

@@ -61,6 +61,20 @@ template <int LG> __device__ __forceinline__ float norm_group_sum(float v) {
     return v;
 }
 
+/* The sum of squares of a row whose chunks the group's lanes hold (r[NC], zeros past the row), over
+ * the group; every lane of the warp must call. */
+template <int LG, int NC, typename T> __device__ __forceinline__ float norm_group_sumsq(const Raw8<T> (&r)[NC]) {
+    float ss = 0.f;
+#pragma unroll
+    for (int k = 0; k < NC; k++) {
+        float f[8];
+        raw8_floats(r[k], f);
+#pragma unroll
+        for (int j = 0; j < 8; j++) ss += f[j] * f[j];
+    }
+    return norm_group_sum<LG>(ss);
+}
+
 /* Column sums a lane holds for its chunks (acc[NC][8], zeros for chunks past nch) summed over the
  * block's rows: first across the warp's groups, then warp by warp through shared memory, always in
  * the same order, into partial[blockIdx.x * D + c]. `part` is shared memory of D floats. Every thread

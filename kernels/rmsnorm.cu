@@ -21,15 +21,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
     Raw8<TX> rx[NC];
 #pragma unroll
     for (int k = 0; k < NC; k++) raw8_load_if(rx[k], x, off + 8 * (li + k * LG), ok && li + k * LG < nch);
-    float ss = 0.f;
-#pragma unroll
-    for (int k = 0; k < NC; k++) {
-        float f[8];
-        raw8_floats(rx[k], f);
-#pragma unroll
-        for (int j = 0; j < 8; j++) ss += f[j] * f[j];
-    }
-    ss = norm_group_sum<LG>(ss);
+    const float ss = norm_group_sumsq<LG>(rx);
     if (!ok) return;
     const float r = 1.f / sqrtf(ss / (float)C + eps);
     if (li == 0) rstd[row] = r;

@@ -20,6 +20,7 @@
 #include "core/common.h"
 #include "core/cuda_check.h"
 #include "kernels/conv1d_causal.h"
+#include "tests/gpu/gpu_poisoned.h"
 #include "tests/gpu/gpu_test.h"
 
 typedef struct ConvCase {
@@ -50,8 +51,6 @@ static const ConvCase conv_cases[] = {
     {2, 0, 8, 4, 1, 0, 1, 1, 1},          /* ... or left as it was */
 };
 
-#define SLACK 64 /* poisoned bytes after each device tensor (and before it when moved) */
-
 static uint64_t rng_next(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -74,37 +73,6 @@ static void make_input(DType dt, int64_t n, uint64_t *rng, void **bits, float **
         }
         (*f)[i] = v;
     }
-}
-
-typedef struct DevBuf {
-    unsigned char *base;
-    void *p; /* base + off */
-    size_t off, bytes;
-} DevBuf;
-
-/* A device tensor of `bytes` at byte offset `off` of a poisoned allocation, holding init if given. */
-static DevBuf dev_buf(size_t bytes, size_t off, const void *init) {
-    DevBuf d = {NULL, NULL, off, bytes};
-    CUDA_CHECK(cudaMalloc((void **)&d.base, bytes + off + SLACK));
-    CUDA_CHECK(cudaMemset(d.base, 0xFF, bytes + off + SLACK));
-    d.p = d.base + off;
-    if (init && bytes) CUDA_CHECK(cudaMemcpy(d.p, init, bytes, cudaMemcpyHostToDevice));
-    return d;
-}
-
-/* Copies the tensor into out and frees the buffer; false if a byte around the tensor changed. */
-static bool dev_take(DevBuf *d, void *out) {
-    size_t total = d->bytes + d->off + SLACK;
-    unsigned char *all = (unsigned char *)xmalloc(total);
-    CUDA_CHECK(cudaMemcpy(all, d->base, total, cudaMemcpyDeviceToHost));
-    if (out) memcpy(out, all + d->off, d->bytes);
-    bool ok = true;
-    for (size_t i = 0; i < total; i++)
-        if ((i < d->off || i >= d->off + d->bytes) && all[i] != 0xFF) ok = false;
-    free(all);
-    CUDA_CHECK(cudaFree(d->base));
-    d->base = NULL;
-    return ok;
 }
 
 typedef struct ConvIO {
@@ -144,10 +112,10 @@ static ConvOut run_gpu(const ConvCase *k, const ConvIO *io, size_t off) {
     const size_t es = dtype_size(io->dt), bx = (size_t)io->nx * es, bw = (size_t)io->nw * es;
     ConvOut o = {xmalloc(bx ? bx : 1), k->want_dx ? xmalloc(bx ? bx : 1) : NULL,
                  k->want_dw ? xmalloc(bw ? bw : 1) : NULL, true};
-    DevBuf x = dev_buf(bx, off, io->x), w = dev_buf(bw, off, io->w), dy = dev_buf(bx, off, io->dy);
-    DevBuf y = dev_buf(bx, off, NULL);
-    DevBuf dx = dev_buf(k->want_dx ? bx : 0, off, k->acc_dx ? io->dx0 : NULL);
-    DevBuf dw = dev_buf(k->want_dw ? bw : 0, off, k->acc_dw ? io->dw0 : NULL);
+    DevBuf x = dev_buf(1, bx, off, io->x), w = dev_buf(1, bw, off, io->w), dy = dev_buf(1, bx, off, io->dy);
+    DevBuf y = dev_buf(1, bx, off, NULL);
+    DevBuf dx = dev_buf(1, k->want_dx ? bx : 0, off, k->acc_dx ? io->dx0 : NULL);
+    DevBuf dw = dev_buf(1, k->want_dw ? bw : 0, off, k->acc_dw ? io->dw0 : NULL);
     float *partial = NULL;
     size_t np = (size_t)(conv1d_causal_dw_chunks(k->B, k->T) * k->C * k->W);
     if (k->want_dw && np) CUDA_CHECK(cudaMalloc((void **)&partial, np * sizeof(float)));

@@ -28,9 +28,8 @@
 #include "kernels/gated_rmsnorm.h"
 #include "kernels/l2norm.h"
 #include "kernels/rmsnorm.h"
+#include "tests/gpu/gpu_poisoned.h"
 #include "tests/gpu/gpu_test.h"
-
-#define SLACK 64 /* poisoned bytes after each device tensor (and before it when moved) */
 
 static uint64_t rng_next(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -69,40 +68,6 @@ static double *dup_doubles(const double *d, int64_t n) {
     double *c = (double *)xmalloc((size_t)(n > 0 ? n : 1) * sizeof(double));
     if (n > 0) memcpy(c, d, (size_t)n * sizeof(double));
     return c;
-}
-
-typedef struct DevBuf {
-    unsigned char *base;
-    void *p; /* base + off, or NULL for a tensor not asked for */
-    size_t off, bytes;
-} DevBuf;
-
-/* A device tensor of `bytes` at byte offset `off` of a poisoned allocation, holding init if given;
- * want 0 gives p = NULL (the kernels' "not needed"). */
-static DevBuf dev_buf(int want, size_t bytes, size_t off, const void *init) {
-    DevBuf d = {NULL, NULL, off, bytes};
-    if (!want) return d;
-    CUDA_CHECK(cudaMalloc((void **)&d.base, bytes + off + SLACK));
-    CUDA_CHECK(cudaMemset(d.base, 0xFF, bytes + off + SLACK));
-    d.p = d.base + off;
-    if (init && bytes) CUDA_CHECK(cudaMemcpy(d.p, init, bytes, cudaMemcpyHostToDevice));
-    return d;
-}
-
-/* Copies the tensor into out (if both exist) and frees it; false if a byte around it changed. */
-static bool dev_take(DevBuf *d, void *out) {
-    if (!d->base) return true;
-    size_t total = d->bytes + d->off + SLACK;
-    unsigned char *all = (unsigned char *)xmalloc(total);
-    CUDA_CHECK(cudaMemcpy(all, d->base, total, cudaMemcpyDeviceToHost));
-    if (out) memcpy(out, all + d->off, d->bytes);
-    bool ok = true;
-    for (size_t i = 0; i < total; i++)
-        if ((i < d->off || i >= d->off + d->bytes) && all[i] != 0xFF) ok = false;
-    free(all);
-    CUDA_CHECK(cudaFree(d->base));
-    d->base = NULL;
-    return ok;
 }
 
 static double stored(DType dt, const void *p, int64_t i) {
