@@ -21,8 +21,8 @@ if ! skip build; then
 fi
 G=build/gdp
 if ! skip tests; then # the op's tests with the picked V tiles, then with each fast kernel width forced
-    # (small test shapes run the forward's fused generic state pass; GDP_UNFUSED_OUTPUT=1 sends them
-    # through the fast state kernel and the output kernel, as large shapes go)
+    # (where the fast state kernel applies, the forward runs it and k_output; elsewhere, and with
+    # GDP_GENERIC=seq or all, the fused generic state + output pass, which GDP_UNFUSED_OUTPUT=1 splits)
     for envs in "" "GDP_GENERIC=all" "GDP_UNFUSED_OUTPUT=1" "GDP_BV_DH=128" "GDP_BV_DH=64 GDP_BV_STATE=64" "GDP_BV_DH=32 GDP_BV_STATE=32"; do
         t=$(date +%s)
         env $envs timeout 150 build/tests/gpu/test_gpu_gdp > "$OUT/test_gdp.log" 2>&1
