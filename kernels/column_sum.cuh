@@ -1,4 +1,5 @@
-/* Deterministic column sums of an [outer, inner] matrix for the broadcast backward of add and mul:
+/* Deterministic column sums of an [outer, inner] matrix (the broadcast backward of add and mul, and the
+ * partials of the conv and norm dw sums):
  * db[j] (+)= sum over o of value(o * inner + j). A block of 1024 threads owns `cols` columns (a
  * power of two up to 32, so that narrow matrices such as [B*T, heads] still get 1024/cols rows of
  * threads), each thread sums a strided set of rows, and the rows are folded by a fixed tree in
@@ -30,4 +31,16 @@ static void column_sum(T *db, Value value, long long outer, long long inner, int
     while (cols < 32 && cols < inner) cols <<= 1;
     unsigned blocks = (unsigned)((inner + cols - 1) / cols);
     column_sum_kernel<T, Value><<<blocks, 1024, 0, stream>>>(db, value, outer, inner, cols, accumulate);
+}
+
+/* Float partials [outer][inner] (one row per chunk of a deterministic reduction) folded into db in
+ * row order: the second stage of the conv and norm kernels' dw sums. */
+struct ColumnSumPartials {
+    const float *partial;
+    __device__ float operator()(long long i) const { return partial[i]; }
+};
+template <typename T>
+static void column_sum_partials(T *db, const float *partial, long long outer, long long inner, int accumulate,
+                                cudaStream_t stream) {
+    column_sum(db, ColumnSumPartials{partial}, outer, inner, accumulate, stream);
 }

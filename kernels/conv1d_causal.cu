@@ -210,11 +210,6 @@ __global__ void __launch_bounds__(CONV_BLOCK)
     }
 }
 
-struct ConvPartial {
-    const float *partial;
-    __device__ float operator()(long long i) const { return partial[i]; }
-};
-
 /* Channels per thread for bf16 rows of C at these pointers (NULL counts as aligned): the widest of
  * 8, 4, 2 that divides C and whose V * 2 bytes every pointer is aligned to; the launchers clamp it to
  * their kernel's cap. */
@@ -300,8 +295,7 @@ extern "C" void conv1d_causal_backward_cuda(DType dt, void *dx, void *dw, float 
     KERNEL_CHECK();
     if (dw) {
         DISPATCH_F32_BF16(dt, "conv1d_causal",
-                          column_sum<T>((T *)dw, ConvPartial{partial}, conv1d_causal_dw_chunks(B, Tlen), C * W,
-                                        acc_dw, s));
+                          column_sum_partials((T *)dw, partial, conv1d_causal_dw_chunks(B, Tlen), C * W, acc_dw, s));
         KERNEL_CHECK();
     }
 }

@@ -249,5 +249,8 @@ extern "C" void gated_rmsnorm_backward_cuda(DType dt, void *d_o, void *dz, void 
             KERNEL_CHECK();
         }
     }
-    if (dw) DISPATCH_F32_BF16(dt, "gated_rmsnorm", norm_dw_final((T *)dw, partial, chunks, (int)D, acc_w, s));
+    if (dw) {
+        DISPATCH_F32_BF16(dt, "gated_rmsnorm", column_sum_partials((T *)dw, partial, chunks, D, acc_w, s));
+        KERNEL_CHECK();
+    }
 }

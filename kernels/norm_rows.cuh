@@ -102,17 +102,6 @@ __device__ __forceinline__ void norm_block_column_sums(float *partial, float *pa
     for (int c = threadIdx.x; c < D; c += NORM_THREADS) partial[(long long)blockIdx.x * D + c] = part[c];
 }
 
-/* Folds the [chunks][D] partials into dw in chunk order (kernels/column_sum.cuh). */
-struct NormPartial {
-    const float *p;
-    __device__ float operator()(long long i) const { return p[i]; }
-};
-template <typename T>
-static void norm_dw_final(T *dw, const float *partial, long long chunks, int D, int accumulate, cudaStream_t s) {
-    column_sum(dw, NormPartial{partial}, chunks, (long long)D, accumulate, s);
-    KERNEL_CHECK();
-}
-
 /* Which (LG, NC) holds rows of D elements, or -1 for the one-column-a-lane kernels: D a multiple of
  * 8, at most max_nc chunks a lane, and every pointer (NULL counts as aligned) 16-byte aligned. */
 static inline int norm_shape(long long D, int max_nc, const void *p0, const void *p1 = 0, const void *p2 = 0,
@@ -135,21 +124,20 @@ static inline long long norm_rows_per_step(int shape) { return NORM_THREADS / (s
         constexpr int LG = lg, NC = nc;     \
         __VA_ARGS__;                        \
     } break;
-#define NORM_SHAPES_512(shape, ...)                 \
-    switch (shape) {                                \
-        NORM_CASE_(0, 8, 1, __VA_ARGS__)            \
-        NORM_CASE_(1, 16, 1, __VA_ARGS__)           \
-        NORM_CASE_(2, 32, 1, __VA_ARGS__)           \
-        NORM_CASE_(3, 32, 2, __VA_ARGS__)           \
+#define NORM_CASES_512_(...)                \
+    NORM_CASE_(0, 8, 1, __VA_ARGS__)        \
+    NORM_CASE_(1, 16, 1, __VA_ARGS__)       \
+    NORM_CASE_(2, 32, 1, __VA_ARGS__)       \
+    NORM_CASE_(3, 32, 2, __VA_ARGS__)
+#define NORM_SHAPES_512(shape, ...)                                       \
+    switch (shape) {                                                      \
+        NORM_CASES_512_(__VA_ARGS__)                                      \
     default: gdp_fatal("norm kernels: row shape %d out of range", shape); \
     }
-#define NORM_SHAPES_1024(shape, ...)                \
-    switch (shape) {                                \
-        NORM_CASE_(0, 8, 1, __VA_ARGS__)            \
-        NORM_CASE_(1, 16, 1, __VA_ARGS__)           \
-        NORM_CASE_(2, 32, 1, __VA_ARGS__)           \
-        NORM_CASE_(3, 32, 2, __VA_ARGS__)           \
-        NORM_CASE_(4, 32, 3, __VA_ARGS__)           \
-        NORM_CASE_(5, 32, 4, __VA_ARGS__)           \
+#define NORM_SHAPES_1024(shape, ...)                                      \
+    switch (shape) {                                                      \
+        NORM_CASES_512_(__VA_ARGS__)                                      \
+        NORM_CASE_(4, 32, 3, __VA_ARGS__)                                 \
+        NORM_CASE_(5, 32, 4, __VA_ARGS__)                                 \
     default: gdp_fatal("norm kernels: row shape %d out of range", shape); \
     }

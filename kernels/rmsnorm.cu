@@ -266,5 +266,8 @@ extern "C" void rmsnorm_backward_cuda(DType x_dt, DType y_dt, void *dx, void *dw
             KERNEL_CHECK();
         }
     }
-    if (dw) DISPATCH_F32_BF16(x_dt, "rmsnorm", norm_dw_final((T *)dw, partial, chunks, (int)C, acc_w, s));
+    if (dw) {
+        DISPATCH_F32_BF16(x_dt, "rmsnorm", column_sum_partials((T *)dw, partial, chunks, C, acc_w, s));
+        KERNEL_CHECK();
+    }
 }
