@@ -236,7 +236,9 @@ __device__ void split_keys(const Params &P, const ChunkCtx &c, IT *Kw, int ldk, 
     for (int e = threadIdx.x; e < ntok * cpr; e += blockDim.x) {
         const int t = cpr_pow2 ? e >> cpr_log : e / cpr, x = (e - t * cpr) * 8, X = c0 + x;
         float v[8];
-        if (P.wsl8 && X + 8 <= P.K) { /* the group lies in one slice: one mask entry per row */
+        /* The group lies in one slice: one mask entry per row. A loop of its own: folding it into the
+         * general loop below (a select on the slice array) made k_bwd_b_fast<true> spill 84 bytes. */
+        if (P.wsl8 && X + 8 <= P.K) {
             const int bb = slice_of(P, X);
             if (t < c.ct) {
                 ld8(v, Kw + (t * n + bb) * ldk + x);
