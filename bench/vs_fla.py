@@ -3,7 +3,9 @@
 
 For each shape (B, T, H, K, V, n_h) this times fla's forward and forward+backward (bf16, median of
 triton.testing.do_bench) and runs `gdp bench op` on the same shape, then prints both and the ratio
-fla / gdp (above 1: gdp is faster). Issue #4's targets: at the default shape (B 8, T 2048, H 16,
+fla / gdp (above 1: gdp is faster), and gdp's forward + backward with the saved forward (the
+forward keeps its chunk intermediates for the backward, as gdp's training does by default) next to
+fla's forward + backward. Issue #4's targets: at the default shape (B 8, T 2048, H 16,
 K = V = 128) a ratio of at least 2 in both columns; at T 8192 (B 2) and K = V = 64 or 256 no
 regression of 10% or more (ratio at least 0.9).
 
@@ -44,7 +46,7 @@ def parse_shapes(text):
 
 
 def gdp_times(gdp, shape, iters):
-    """(fwd ms, fwd+bwd ms) from `gdp bench op` on one shape."""
+    """(fwd ms, fwd+bwd ms, fwd+bwd ms with the saved forward) from `gdp bench op` on one shape."""
     B, T, H, K, V, n = shape
     cmd = [gdp, "bench", "op", "--B", str(B), "--T", str(T), "--H", str(H), "--K", str(K), "--V", str(V),
            "--n", str(n), "--iters", str(iters)]
@@ -53,8 +55,8 @@ def gdp_times(gdp, shape, iters):
         raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.strip()[-400:]}")
     for line in res.stdout.splitlines():
         f = line.split()
-        if f and f[0] == str(n) and len(f) >= 5:
-            return float(f[1]), float(f[4])
+        if f and f[0] == str(n) and len(f) >= 10:
+            return float(f[1]), float(f[4]), float(f[9])
     raise RuntimeError(f"no result line for n={n} in: {res.stdout[-400:]}")
 
 
@@ -112,20 +114,21 @@ def main():
         fla_op = None
 
     hdr = (f"{'B':>2} {'T':>5} {'H':>3} {'K':>4} {'V':>4} {'n':>2} | {'gdp fwd':>8} {'fla fwd':>8} {'ratio':>6} | "
-           f"{'gdp f+b':>8} {'fla f+b':>8} {'ratio':>6}")
+           f"{'gdp f+b':>8} {'fla f+b':>8} {'ratio':>6} | {'saved':>8} {'ratio':>6}")
     rows = []
     for shape in shapes:
-        gf, gb = gdp_times(args.gdp, shape, args.iters)
+        gf, gb, gs = gdp_times(args.gdp, shape, args.iters)
         if fla_op is not None:
             ff, fb = fla_times(torch, triton, fla_op, shape)
             row = (f"{shape[0]:>2} {shape[1]:>5} {shape[2]:>3} {shape[3]:>4} {shape[4]:>4} {shape[5]:>2} | "
-                   f"{gf:8.3f} {ff:8.3f} {ff / gf:6.2f} | {gb:8.3f} {fb:8.3f} {fb / gb:6.2f}")
+                   f"{gf:8.3f} {ff:8.3f} {ff / gf:6.2f} | {gb:8.3f} {fb:8.3f} {fb / gb:6.2f} | {gs:8.3f} {fb / gs:6.2f}")
         else:
             row = (f"{shape[0]:>2} {shape[1]:>5} {shape[2]:>3} {shape[3]:>4} {shape[4]:>4} {shape[5]:>2} | "
-                   f"{gf:8.3f} {'-':>8} {'-':>6} | {gb:8.3f} {'-':>8} {'-':>6}")
+                   f"{gf:8.3f} {'-':>8} {'-':>6} | {gb:8.3f} {'-':>8} {'-':>6} | {gs:8.3f} {'-':>6}")
         print(row, flush=True)
         rows.append(row)
-    print("\nms, bf16, householder mode; ratio = fla / gdp (above 1: gdp is faster)")
+    print("\nms, bf16, householder mode; ratio = fla / gdp (above 1: gdp is faster); saved: gdp's f+b with the\n"
+          "forward's intermediates kept for the backward (GdpForwardArgs.saved, training's default)")
     print(hdr)
     for r in rows:
         print(r)

@@ -37,6 +37,12 @@ void *arena_alloc(Arena *a, size_t bytes) {
     return a->base + start;
 }
 
+void arena_expect(Arena *a, size_t bytes) {
+    const size_t mark = a->used;
+    arena_alloc(a, bytes);
+    a->used = mark;
+}
+
 void *arena_alloc_zeroed(Arena *a, size_t bytes) {
     GDP_CHECK(a->device == DEV_CPU, "arena_alloc_zeroed on '%s': only host arenas can be zero-filled here",
               a->name);

@@ -23,6 +23,10 @@ void arena_release(Arena *a);
 /* A new capacity for an empty arena (used == 0): its memory is freed and allocated again. */
 void arena_resize(Arena *a, size_t capacity);
 void *arena_alloc(Arena *a, size_t bytes);
+/* Counts `bytes` at the current position toward the high-water mark without taking them: room that
+ * a later call at this point will need (ctx_fit_arenas keeps it). Exhausted: the same error as
+ * arena_alloc, raised now. */
+void arena_expect(Arena *a, size_t bytes);
 /* Host arenas only: zero-filled allocation. */
 void *arena_alloc_zeroed(Arena *a, size_t bytes);
 static inline size_t arena_mark(const Arena *a) { return a->used; }

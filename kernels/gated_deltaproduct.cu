@@ -2633,7 +2633,9 @@ static GdpStatus check_common(const char *who, const GdpDesc *d) {
     return GDP_OK;
 }
 
-static void fill_params(const GdpDesc *d, const GdpPlan &pl, void *ws, Params &P) {
+/* ws: the forward's part and T (the workspace, or the saved buffer); scratch: the backward's own
+ * part (ws + bytes_saved when one workspace holds both) */
+static void fill_params(const GdpDesc *d, const GdpPlan &pl, void *ws, void *scratch, Params &P) {
     memset(&P, 0, sizeof P);
     P.mode = (int)d->mode;
     P.B = d->B;
@@ -2665,12 +2667,16 @@ static void fill_params(const GdpDesc *d, const GdpPlan &pl, void *ws, Params &P
     P.P = w + pl.o_P;
     P.h = w + pl.o_h;
     P.D = w + pl.o_D;
-    P.dh = w + pl.o_dh;
-    P.dD = w + pl.o_dD;
-    P.dW = w + pl.o_dW;
-    P.dKw = w + pl.o_dKw;
-    P.dGa = (float *)(w + pl.o_dGa);
-    P.dM = (float *)(w + pl.o_dM);
+    P.Tsave = w + pl.o_T;
+    if (scratch) {
+        char *b = (char *)scratch - pl.bytes_saved; /* the o_d* offsets count from the start of ws */
+        P.dh = b + pl.o_dh;
+        P.dD = b + pl.o_dD;
+        P.dW = b + pl.o_dW;
+        P.dKw = b + pl.o_dKw;
+        P.dGa = (float *)(b + pl.o_dGa);
+        P.dM = (float *)(b + pl.o_dM);
+    }
     P.sW = pl.sW;
     P.sU = pl.sU;
     P.sP = pl.sP;
@@ -2740,7 +2746,8 @@ template <typename IT> static GdpStatus forward_impl(const GdpDesc *d, const Gdp
     GdpPlan pl;
     gdp_plan_make(d, &pl);
     Params P;
-    fill_params(d, pl, ws, P);
+    fill_params(d, pl, a->saved ? a->saved : ws, nullptr, P);
+    if (!a->saved) P.Tsave = nullptr; /* only a saving forward keeps T (its buffer has room for it) */
     P.q = a->q;
     P.k = a->k;
     P.v = a->v;
@@ -2752,7 +2759,11 @@ template <typename IT> static GdpStatus forward_impl(const GdpDesc *d, const Gdp
     P.ht = (float *)a->ht;
     P.veck = d->K % 8 == 0 && aligned16(a->q) && aligned16(a->k);
     P.vecv = d->V % 8 == 0 && aligned16(a->v) && aligned16(a->o);
-    P.fuse_out = !(getenv("GDP_UNFUSED_OUTPUT") && *getenv("GDP_UNFUSED_OUTPUT") == '1');
+    /* The generic state pass can also write o (GDP_FUSED_OUTPUT=1), storing no h and Delta. It is
+     * off by default: it was never faster than state + output (v3: 0.65 against 0.63 ms at n 2, slower
+     * at n 1), and with it a forward's o would round differently from a saving forward's, which must
+     * keep h and Delta, so training with and without selective recomputation would part ways. */
+    P.fuse_out = !a->saved && env_on("GDP_FUSED_OUTPUT");
     const int limit = max_smem_optin();
     GdpStatus s = run_front<IT>(who, pl, P, st, limit);
     if (s != GDP_OK) return s;
@@ -2765,7 +2776,11 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
     GdpPlan pl;
     gdp_plan_make(d, &pl);
     Params P;
-    fill_params(d, pl, ws, P);
+    /* with a saved forward, its buffer holds the tables through T and ws is the scratch alone */
+    if (a->saved)
+        fill_params(d, pl, (void *)a->saved, ws, P);
+    else
+        fill_params(d, pl, ws, (char *)ws + pl.bytes_saved, P);
     P.q = a->q;
     P.k = a->k;
     P.v = a->v;
@@ -2782,11 +2797,10 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
     P.dg = (float *)a->dg;
     P.dmask = (float *)a->dmask;
     P.dh0 = (float *)a->dh0;
-    P.Tsave = (char *)ws + pl.o_T;
     P.veck = d->K % 8 == 0 && aligned16(a->q) && aligned16(a->k) && aligned16(a->dq) && aligned16(a->dk);
     P.vecv = d->V % 8 == 0 && aligned16(a->v) && aligned16(a->d_o) && aligned16(a->dv);
     const int limit = max_smem_optin();
-    GdpStatus s = run_front<IT>(who, pl, P, st, limit);
+    GdpStatus s = a->saved ? GDP_OK : run_front<IT>(who, pl, P, st, limit);
     if (s != GDP_OK) return s;
     if (!pick_bv<IT>(pl, true, false, k_dh<IT>, P.bv, P.nst))
         return gdp_fail(GDP_ERR_UNSUPPORTED, "%s: K=%d needs more shared memory than this GPU has", who, P.K);
@@ -2837,6 +2851,20 @@ extern "C" size_t gdp_backward_workspace_bytes(const GdpDesc *desc) {
     return pl.bytes_bwd;
 }
 
+extern "C" size_t gdp_saved_bytes(const GdpDesc *desc) {
+    if (gdp_validate(desc) != GDP_OK) return 0;
+    GdpPlan pl;
+    gdp_plan_make(desc, &pl);
+    return pl.bytes_saved;
+}
+
+extern "C" size_t gdp_backward_scratch_bytes(const GdpDesc *desc) {
+    if (gdp_validate(desc) != GDP_OK) return 0;
+    GdpPlan pl;
+    gdp_plan_make(desc, &pl);
+    return pl.bytes_scratch;
+}
+
 extern "C" GdpStatus gdp_forward_cuda(const GdpDesc *desc, const GdpForwardArgs *args, void *workspace,
                                       size_t workspace_bytes, void *stream) {
     const char *who = "gdp_forward_cuda";
@@ -2844,6 +2872,18 @@ extern "C" GdpStatus gdp_forward_cuda(const GdpDesc *desc, const GdpForwardArgs 
     if (s != GDP_OK) return s;
     s = gdp_check_forward_args(who, desc, args);
     if (s != GDP_OK) return s;
+    if (args->saved) {
+        const size_t need = gdp_saved_bytes(desc);
+        if (args->saved_bytes < need)
+            return gdp_fail(GDP_ERR_WORKSPACE, "%s: the saved buffer has %zu bytes, %zu are needed (gdp_saved_bytes)",
+                            who, args->saved_bytes, need);
+        if (((uintptr_t)args->saved & 15) != 0)
+            return gdp_fail(GDP_ERR_INVALID, "%s: the saved buffer must be 16-byte aligned", who);
+        gdp_clear_error();
+        cudaStream_t st = (cudaStream_t)stream;
+        return desc->dtype == GDP_BF16 ? gdp::forward_impl<__nv_bfloat16>(desc, args, nullptr, st)
+                                       : gdp::forward_impl<float>(desc, args, nullptr, st);
+    }
     const size_t need = gdp_forward_workspace_bytes(desc);
     if (!workspace || workspace_bytes < need)
         return gdp_fail(GDP_ERR_WORKSPACE, "%s: the workspace has %zu bytes, %zu are needed (gdp_forward_workspace_bytes)",
@@ -2861,11 +2901,13 @@ extern "C" GdpStatus gdp_backward_cuda(const GdpDesc *desc, const GdpBackwardArg
     if (s != GDP_OK) return s;
     s = gdp_check_backward_args(who, desc, args);
     if (s != GDP_OK) return s;
-    const size_t need = gdp_backward_workspace_bytes(desc);
+    const size_t need = args->saved ? gdp_backward_scratch_bytes(desc) : gdp_backward_workspace_bytes(desc);
     if (!workspace || workspace_bytes < need)
-        return gdp_fail(GDP_ERR_WORKSPACE,
-                        "%s: the workspace has %zu bytes, %zu are needed (gdp_backward_workspace_bytes)", who,
-                        workspace ? workspace_bytes : (size_t)0, need);
+        return gdp_fail(GDP_ERR_WORKSPACE, "%s: the workspace has %zu bytes, %zu are needed (%s)", who,
+                        workspace ? workspace_bytes : (size_t)0, need,
+                        args->saved ? "gdp_backward_scratch_bytes, with a saved forward" : "gdp_backward_workspace_bytes");
+    if (args->saved && ((uintptr_t)args->saved & 15) != 0)
+        return gdp_fail(GDP_ERR_INVALID, "%s: the saved buffer must be 16-byte aligned", who);
     gdp_clear_error();
     cudaStream_t st = (cudaStream_t)stream;
     return desc->dtype == GDP_BF16 ? gdp::backward_impl<__nv_bfloat16>(desc, args, workspace, st)

@@ -17,14 +17,14 @@
  *   P    op    [Ctp][64]     scale * incl(tok(s) <= t) * e^{G_t - G_s} <q_t, K_w,s>
  *   h    op    [KP][VP]      state at the chunk start
  *   D    op    [64][VP]      Delta = U - W h
- * backward adds
+ *   T    op    [64][64]      (I + A)^-1, for the WY backward (a saving forward and the backward)
+ * The backward's scratch, after those (or in a buffer of its own when the forward saved them):
  *   dh   op    [KP][VP]      gradient w.r.t. the state at the chunk end
  *   dD   op    [64][VP]      dL/dDelta
  *   dW   op    [64][KP]      dL/dW
  *   dKw  op    [64][KP]      dL/dK_w through the output and the state write
  *   dGa  float [nkt][64]     per-row gate-gradient parts from the dq/dk kernel, per K tile
  *   dM   float [n*n]         split mode: this chunk-head's mask gradient
- *   T    op    [64][64]      (I + A)^-1, saved by the backward's prep for the WY backward
  * "op" is the operand type of the tensor-core products: bf16 for bf16 inputs, float for f32. */
 #pragma once
 #include <stddef.h>
@@ -56,7 +56,10 @@ typedef struct GdpPlan {
     int64_t sG, sW, sU, sP, sH, sD, sdGa, sdM;
     /* byte offsets into the workspace */
     size_t o_seq, o_chunk, o_G, o_W, o_Kwd, o_U, o_P, o_h, o_D, o_dh, o_dD, o_dW, o_dKw, o_dGa, o_dM, o_T;
-    size_t bytes_fwd, bytes_bwd;
+    size_t bytes_fwd;     /* the forward: tables through D */
+    size_t bytes_saved;   /* what a saving forward leaves for the backward: tables through T */
+    size_t bytes_scratch; /* the backward's own part, dh through dM; it starts at offset bytes_saved */
+    size_t bytes_bwd;     /* the backward that recomputes: bytes_saved + bytes_scratch */
 } GdpPlan;
 
 static inline size_t gdp_align256_(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -97,12 +100,14 @@ static inline void gdp_plan_make(const GdpDesc *d, GdpPlan *p) {
     p->o_h = o;     o = gdp_align256_(o + ob * CH * (size_t)p->sH);
     p->o_D = o;     o = gdp_align256_(o + ob * CH * (size_t)p->sD);
     p->bytes_fwd = o;
+    p->o_T = o;     o = gdp_align256_(o + ob * CH * (size_t)(GDP_CHUNK * GDP_CHUNK));
+    p->bytes_saved = o;
     p->o_dh = o;    o = gdp_align256_(o + ob * CH * (size_t)p->sH);
     p->o_dD = o;    o = gdp_align256_(o + ob * CH * (size_t)p->sD);
     p->o_dW = o;    o = gdp_align256_(o + ob * CH * (size_t)p->sW);
     p->o_dKw = o;   o = gdp_align256_(o + ob * CH * (size_t)p->sW);
     p->o_dGa = o;   o = gdp_align256_(o + 4 * CH * (size_t)p->sdGa);
     p->o_dM = o;    o = gdp_align256_(o + 4 * CH * (size_t)(p->sdM > 0 ? p->sdM : 1));
-    p->o_T = o;     o = gdp_align256_(o + ob * CH * (size_t)(GDP_CHUNK * GDP_CHUNK));
     p->bytes_bwd = o;
+    p->bytes_scratch = o - p->bytes_saved;
 }

@@ -19,7 +19,7 @@ GdpStatus gdp_decode_check(const char *who, const GdpDesc *d, const GdpDecodeArg
     if (!a) return gdp_fail(GDP_ERR_INVALID, "%s: 'args' is NULL; it is required", who);
     if (!a->S)
         return gdp_fail(GDP_ERR_INVALID, "%s: 'S' is NULL; the state is required (zeros for an empty prefix)", who);
-    GdpForwardArgs fa = {a->q, a->k, a->v, a->beta, a->g, a->mask, NULL, a->o, NULL};
+    GdpForwardArgs fa = {a->q, a->k, a->v, a->beta, a->g, a->mask, NULL, a->o, NULL, NULL, 0};
     return gdp_check_forward_args(who, d, &fa);
 }
 

@@ -13,7 +13,8 @@
 #define OPN "gated_deltaproduct"
 
 /* Node layout: in = q, k, v, beta, g, mask, h0, cu_seqlens (i32, no gradient); out = o [, ht];
- * attr = mode, n, scale, n_seqs (0 without cu_seqlens). */
+ * saved = the saving forward's buffer (CUDA, save_for_backward) or none; attr = mode, n, scale,
+ * n_seqs (0 without cu_seqlens). */
 enum { IN_Q, IN_K, IN_V, IN_BETA, IN_G, IN_MASK, IN_H0, IN_CU, N_IN };
 
 static GdpDesc node_desc(const Node *nd) {
@@ -39,15 +40,26 @@ static void check_status(GdpStatus st, const char *what) {
     if (st != GDP_OK) gdp_fatal("op '" OPN "': the %s failed (status %d): %s", what, (int)st, gdp_last_error());
 }
 
+static Tensor *saved_of(const Node *nd) { return nd->n_saved ? nd->saved[0] : NULL; }
+
 #ifdef GDP_CUDA
-static void forward_cuda(Ctx *ctx, const GdpDesc *d, const GdpForwardArgs *fa) {
+static void forward_cuda(Ctx *ctx, const GdpDesc *d, GdpForwardArgs *fa, Tensor *saved) {
+    if (saved) { /* the saved buffer is the whole workspace */
+        /* an evaluation forward (no gradient, nothing saved) takes its workspace from scratch here:
+         * keep that room when the arenas are fitted to a training step */
+        arena_expect(&ctx->scratch, gdp_forward_workspace_bytes(d));
+        fa->saved = saved->data, fa->saved_bytes = (size_t)tensor_bytes(saved);
+        check_status(gdp_forward_cuda(d, fa, NULL, 0, ctx_stream(ctx)), "CUDA forward");
+        return;
+    }
     size_t bytes = gdp_forward_workspace_bytes(d);
     void *ws = bytes ? arena_alloc(&ctx->scratch, bytes) : NULL;
     check_status(gdp_forward_cuda(d, fa, ws, bytes, ctx_stream(ctx)), "CUDA forward");
 }
 
-static void backward_cuda(Ctx *ctx, const GdpDesc *d, const GdpBackwardArgs *ba) {
-    size_t bytes = gdp_backward_workspace_bytes(d);
+static void backward_cuda(Ctx *ctx, const GdpDesc *d, GdpBackwardArgs *ba, const Tensor *saved) {
+    ba->saved = saved ? saved->data : NULL;
+    size_t bytes = saved ? gdp_backward_scratch_bytes(d) : gdp_backward_workspace_bytes(d);
     void *ws = bytes ? arena_alloc(&ctx->scratch, bytes) : NULL;
     check_status(gdp_backward_cuda(d, ba, ws, bytes, ctx_stream(ctx)), "CUDA backward");
 }
@@ -57,12 +69,12 @@ static void gdp_forward_node(Ctx *ctx, Node *nd) {
     GdpDesc d = node_desc(nd);
     GdpForwardArgs fa = {nd->in[IN_Q]->data, nd->in[IN_K]->data, nd->in[IN_V]->data, nd->in[IN_BETA]->data,
                          data_or_null(nd->in[IN_G]), data_or_null(nd->in[IN_MASK]), data_or_null(nd->in[IN_H0]),
-                         nd->out[0]->data, nd->n_out > 1 ? nd->out[1]->data : NULL};
+                         nd->out[0]->data, nd->n_out > 1 ? nd->out[1]->data : NULL, NULL, 0};
     if (ctx->device == DEV_CPU) {
         check_status(gdp_forward_cpu(&d, &fa), "CPU forward");
     } else {
         size_t mark = arena_mark(&ctx->scratch);
-        CUDA_ONLY(forward_cuda(ctx, &d, &fa));
+        CUDA_ONLY(forward_cuda(ctx, &d, &fa, saved_of(nd)));
         arena_rewind(&ctx->scratch, mark); /* later users of scratch run after it on the same stream */
     }
 }
@@ -112,11 +124,11 @@ static void gdp_backward_node(Ctx *ctx, Node *nd) {
     void *gh = grad_target(ctx, nd->in[IN_H0], false, NULL, &tmp[6]);
     GdpBackwardArgs ba = {nd->in[IN_Q]->data, nd->in[IN_K]->data, nd->in[IN_V]->data, nd->in[IN_BETA]->data,
                           data_or_null(nd->in[IN_G]), data_or_null(nd->in[IN_MASK]), data_or_null(nd->in[IN_H0]),
-                          d_o->data, dht, gq, gk, gv, gb, gg, gm, gh};
+                          d_o->data, dht, gq, gk, gv, gb, gg, gm, gh, NULL};
     if (ctx->device == DEV_CPU) {
         check_status(gdp_backward_cpu(&d, &ba), "CPU backward");
     } else {
-        CUDA_ONLY(backward_cuda(ctx, &d, &ba));
+        CUDA_ONLY(backward_cuda(ctx, &d, &ba, saved_of(nd)));
     }
     for (int i = 0; i < 7; i++)
         if (tmp[i]) grad_write(ctx, nd->in[i], tmp[i]);
@@ -223,6 +235,15 @@ Tensor *op_gated_deltaproduct(Ctx *ctx, const GdpOpArgs *a) {
     nd.attr[3].i = a->cu_seqlens ? N : 0;
     GdpDesc desc = node_desc(&nd);
     if (gdp_validate(&desc) != GDP_OK) gdp_fatal("op '" OPN "': %s", gdp_last_error());
+#ifdef GDP_CUDA
+    bool recorded = false; /* op_run records the node: a gradient will flow back through it */
+    for (int i = 0; i < IN_CU; i++) recorded |= nd.in[i] && nd.in[i]->requires_grad;
+    if (a->save_for_backward && recorded && ctx->grad_enabled && ctx->device == DEV_CUDA) {
+        const int64_t words = (int64_t)(gdp_saved_bytes(&desc) / 4); /* a multiple of 256 bytes */
+        nd.saved[0] = tensor_new(ctx, LIFE_ACT, GDP_I32, SHAPE(words));
+        nd.n_saved = 1;
+    }
+#endif
     nd.n_out = a->ht_out ? 2 : 1;
     nd.out[0] = op_new_out(ctx, a->q, SHAPE(B, T, H, V));
     if (a->ht_out)

@@ -2,6 +2,7 @@
  * public kernel API of kernels/gated_deltaproduct.h (CPU reference or CUDA kernels by ctx->device).
  * Math and layouts: shared/spec/gated-deltaproduct.md §1. */
 #pragma once
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/ops.h"
@@ -22,6 +23,10 @@ typedef struct GdpOpArgs {
     const int32_t *cu_seqlens;
     int n_seqs;      /* N with cu_seqlens */
     Tensor **ht_out; /* non-NULL: receives the final states ht [N,H,K,V] (an output of the node) */
+    /* CUDA, when the node is recorded: keep the forward's chunk intermediates (gdp_saved_bytes of
+     * activation memory) so that the backward skips recomputing them (kernels/gated_deltaproduct.h,
+     * "Saving the forward"). The gradients are the same bit for bit either way. */
+    bool save_for_backward;
 } GdpOpArgs;
 
 /* o [B,T,H,V] (q's dtype). Dtypes: on the CPU every tensor f32 or every tensor f64; on CUDA q, k,

@@ -129,8 +129,10 @@ Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Ten
         q4 = op_cast(ctx, q4, GDP_BF16), k4 = op_cast(ctx, k4, GDP_BF16);
         v4 = op_cast(ctx, v4, GDP_BF16), b4 = op_cast(ctx, b4, GDP_BF16);
     }
-    GdpOpArgs args = {
-        .mode = c->mode, .n = c->num_householder, .q = q4, .k = k4, .v = v4, .beta = b4, .g = g, .mask = l->mask};
+    /* Selective recomputation trades time for memory here too: the op's chunk intermediates
+     * (W, U, the chunk-start states, ...) are recomputed in backward rather than kept. */
+    GdpOpArgs args = {.mode = c->mode, .n = c->num_householder, .q = q4, .k = k4, .v = v4, .beta = b4, .g = g,
+                      .mask = l->mask, .save_for_backward = !recompute};
     Tensor *o = op_gated_deltaproduct(ctx, &args); /* [B, T, H, V] */
     if (bf16_op) o = op_cast(ctx, o, GDP_F32);
 

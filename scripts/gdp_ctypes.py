@@ -33,13 +33,14 @@ class GdpDesc(ctypes.Structure):
                 ("dtype", ctypes.c_int), ("cu_seqlens", _p), ("n_seqs", ctypes.c_int)]
 
 
-class GdpForwardArgs(ctypes.Structure):
-    _fields_ = [(name, _p) for name in ("q", "k", "v", "beta", "g", "mask", "h0", "o", "ht")]
+class GdpForwardArgs(ctypes.Structure):  # saved, saved_bytes: left 0 here (the backward recomputes)
+    _fields_ = [(name, _p) for name in ("q", "k", "v", "beta", "g", "mask", "h0", "o", "ht", "saved")] + [
+        ("saved_bytes", ctypes.c_size_t)]
 
 
 class GdpBackwardArgs(ctypes.Structure):
     _fields_ = [(name, _p) for name in ("q", "k", "v", "beta", "g", "mask", "h0", "d_o", "dht",
-                                        "dq", "dk", "dv", "dbeta", "dg", "dmask", "dh0")]
+                                        "dq", "dk", "dv", "dbeta", "dg", "dmask", "dh0", "saved")]
 
 
 _lib = None

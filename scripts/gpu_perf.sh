@@ -2,7 +2,7 @@
 # One device call that checks and measures the Gated DeltaProduct op: build, the op's GPU tests and
 # compute-sanitizer (memcheck, racecheck) on a small case, per-kernel times at the bench shape
 # (H 16) and the base model's (H 6), the variants that the environment selects (GDP_GENERIC,
-# GDP_STATE_NS3, GDP_BV_STATE, GDP_BV_DH, GDP_UNFUSED_OUTPUT), base-model training tokens/s,
+# GDP_STATE_NS3, GDP_BV_STATE, GDP_BV_DH, GDP_FUSED_OUTPUT), base-model training tokens/s,
 # gdp next to fla (bench/vs_fla.py, fla from .carry/fla), ncu counters (GDP_NCU=1) and ncu's
 # per-instruction stall samples of bwd_a, bwd_b and prep2 (GDP_NCU_SOURCE=1: reports and CSV in $OUT).
 # Logs under $OUT; a short table last. SKIP='name|…' leaves steps out (build, tests, sanitizer,
@@ -21,9 +21,9 @@ if ! skip build; then
 fi
 G=build/gdp
 if ! skip tests; then # the op's tests with the picked V tiles, then with each fast kernel width forced
-    # (where the fast state kernel applies, the forward runs it and k_output; elsewhere, and with
-    # GDP_GENERIC=seq or all, the fused generic state + output pass, which GDP_UNFUSED_OUTPUT=1 splits)
-    for envs in "" "GDP_GENERIC=all" "GDP_UNFUSED_OUTPUT=1" "GDP_BV_DH=128" "GDP_BV_DH=64 GDP_BV_STATE=64" "GDP_BV_DH=32 GDP_BV_STATE=32"; do
+    # (the forward runs a state pass and k_output; GDP_FUSED_OUTPUT=1 fuses the output into the
+    # generic state pass where that runs: GDP_GENERIC=seq or all, f32, shapes the fast kernels do not take)
+    for envs in "" "GDP_GENERIC=all" "GDP_FUSED_OUTPUT=1 GDP_GENERIC=all" "GDP_BV_DH=128" "GDP_BV_DH=64 GDP_BV_STATE=64" "GDP_BV_DH=32 GDP_BV_STATE=32"; do
         t=$(date +%s)
         env $envs timeout 150 build/tests/gpu/test_gpu_gdp > "$OUT/test_gdp.log" 2>&1
         r=$?; grep -E "FAIL" "$OUT/test_gdp.log" | head -8
@@ -41,7 +41,7 @@ bench() { # bench LABEL [ENV=..] -- args: one row per n
     local envs=(); while [[ $1 != -- ]]; do envs+=("$1"); shift; done; shift
     env "${envs[@]}" timeout 120 $G bench op "$@" > "$OUT/tmp.log" 2>&1 || { row "$label FAILED: $(tail -2 "$OUT/tmp.log")"; return; }
     cat "$OUT/tmp.log" >> "$OUT/variants.log"
-    while read -r n f _ _ fb _; do row "$(printf '%-30s n=%s fwd %7s f+b %7s' "$label" "$n" "$f" "$fb")"; done \
+    while read -r n f _ _ fb _ _ _ _ sv _; do row "$(printf '%-30s n=%s fwd %7s f+b %7s saved %7s' "$label" "$n" "$f" "$fb" "$sv")"; done \
         < <(grep -E '^[0-9]+ ' "$OUT/tmp.log")
 }
 if ! skip profile; then
@@ -53,6 +53,7 @@ fi
 if ! skip variants; then
     bench "H16" -- --H 16 --n 1,2,3
     bench "H16 GDP_GENERIC=all" GDP_GENERIC=all -- --H 16 --n 1,2,3
+    bench "H16 GENERIC=all FUSED_OUTPUT" GDP_GENERIC=all GDP_FUSED_OUTPUT=1 -- --H 16 --n 1,2,3
     bench "H6" -- --H 6 --n 1,2,3
     bench "T8192 B2" -- --B 2 --T 8192 --n 1,2,3
     bench "K64" -- --K 64 --V 64 --n 1,2,3

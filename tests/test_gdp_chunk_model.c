@@ -51,14 +51,14 @@ static double run_case(const Case *cs, uint64_t seed) {
     const double *G = cs->gate ? gg : NULL, *H0 = cs->h0 ? h0 : NULL, *M = cs->mode == GDP_MODE_SPLIT ? mask : NULL;
 
     double *o1 = randn(&g, s.o, 0), *o2 = randn(&g, s.o, 0), *ht1 = randn(&g, s.state, 0), *ht2 = randn(&g, s.state, 0);
-    GdpForwardArgs fa = {q, k, v, beta, G, M, H0, o1, ht1};
+    GdpForwardArgs fa = {q, k, v, beta, G, M, H0, o1, ht1, NULL, 0};
     ck_assert_int_eq(gdp_forward_cpu(&d, &fa), GDP_OK);
     const int64_t ns[7] = {s.q, s.k, s.v, s.beta, s.g, s.mask, s.state};
     double *gr[2][7];
     for (int a = 0; a < 2; a++)
         for (int i = 0; i < 7; i++) gr[a][i] = randn(&g, ns[i], 0);
     GdpBackwardArgs ba = {q, k, v, beta, G, M, H0, dO, dht, gr[0][0], gr[0][1], gr[0][2], gr[0][3], gr[0][4], M ? gr[0][5] : NULL,
-                          gr[0][6]};
+                          gr[0][6], NULL};
     ck_assert_int_eq(gdp_backward_cpu(&d, &ba), GDP_OK);
 
     GdpModel m;

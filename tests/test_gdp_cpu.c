@@ -129,7 +129,7 @@ static Res run(const Prob *p, DType dt, bool grads) {
          *beta = conv(p->beta, z.beta, dt), *g = conv(p->g, z.g, dt), *mask = conv(p->mask, z.mask, dt),
          *h0 = conv(p->h0, z.state, dt), *d_o = conv(p->d_o, z.o, dt), *dht = conv(p->dht, z.state, dt);
     void *o = xcalloc((size_t)z.o, es), *ht = xcalloc((size_t)z.state, es);
-    GdpForwardArgs fa = {q, k, v, beta, g, mask, h0, o, ht};
+    GdpForwardArgs fa = {q, k, v, beta, g, mask, h0, o, ht, NULL, 0};
     ck_assert_msg(gdp_forward_cpu(&d, &fa) == GDP_OK, "forward failed: %s", gdp_last_error());
     Res r;
     memset(&r, 0, sizeof r);
@@ -137,7 +137,7 @@ static Res run(const Prob *p, DType dt, bool grads) {
         void *dq = xcalloc((size_t)z.q, es), *dk = xcalloc((size_t)z.k, es), *dv = xcalloc((size_t)z.v, es),
              *db = xcalloc((size_t)z.beta, es), *dg = xcalloc((size_t)z.g, es), *dh0 = xcalloc((size_t)z.state, es);
         void *dm = d.mode == GDP_MODE_SPLIT ? xcalloc((size_t)z.mask, es) : NULL;
-        GdpBackwardArgs ba = {q, k, v, beta, g, mask, h0, d_o, dht, dq, dk, dv, db, dg, dm, dh0};
+        GdpBackwardArgs ba = {q, k, v, beta, g, mask, h0, d_o, dht, dq, dk, dv, db, dg, dm, dh0, NULL};
         ck_assert_msg(gdp_backward_cpu(&d, &ba) == GDP_OK, "backward failed: %s", gdp_last_error());
         r.dq = back(dq, z.q, dt), r.dk = back(dk, z.k, dt), r.dv = back(dv, z.v, dt);
         r.dbeta = back(db, z.beta, dt), r.dg = back(dg, z.g, dt), r.dh0 = back(dh0, z.state, dt);
@@ -535,7 +535,7 @@ static void expect_invalid(GdpStatus st, const char *needle) {
 
 START_TEST(invalid_descriptors) {
     double buf[64] = {0}, out[64];
-    GdpForwardArgs fa = {buf, buf, buf, buf, NULL, buf, NULL, out, NULL};
+    GdpForwardArgs fa = {buf, buf, buf, buf, NULL, buf, NULL, out, NULL, NULL, 0};
     GdpDesc d = good_desc();
     ck_assert_int_eq(gdp_validate(&d), GDP_OK);
     ck_assert_int_eq(gdp_forward_cpu(&d, &fa), GDP_OK);
@@ -582,7 +582,7 @@ START_TEST(invalid_descriptors) {
     expect_invalid(gdp_forward_cpu(&d, NULL), "'args' is NULL");
 
     double g[64] = {0};
-    GdpBackwardArgs ba = {buf, buf, buf, buf, NULL, NULL, NULL, buf, NULL, g, g, g, NULL, NULL, NULL, NULL};
+    GdpBackwardArgs ba = {buf, buf, buf, buf, NULL, NULL, NULL, buf, NULL, g, g, g, NULL, NULL, NULL, NULL, NULL};
     expect_invalid(gdp_backward_cpu(&d, &ba), "'dbeta' is NULL");
     ba.dbeta = g, ba.dmask = g;
     expect_invalid(gdp_backward_cpu(&d, &ba), "householder mode has no mask");

@@ -191,8 +191,10 @@ static int bench_run(const BenchArgs *a) {
     printf("gdp bench op: mode %s, dtype %s, B=%d T=%d H=%d K=%d V=%d, median of %d (warm-up %d)\n",
            a->mode == GDP_MODE_SPLIT ? "split" : "householder", dtype_name(a->dt), a->B, a->T, a->H, a->K, a->V,
            a->iters, a->warmup);
-    printf("%-3s %10s %9s %8s %12s %9s %8s %10s %10s\n", "n", "fwd ms", "TFLOP/s", "x floor", "fwd+bwd ms", "TFLOP/s",
-           "x floor", "peer fwd", "peer f+b");
+    /* "saved f+b": the forward keeps its chunk intermediates and the backward reuses them
+     * (GdpForwardArgs.saved), as training does without --selective-recompute */
+    printf("%-3s %10s %9s %8s %12s %9s %8s %10s %10s %10s\n", "n", "fwd ms", "TFLOP/s", "x floor", "fwd+bwd ms", "TFLOP/s",
+           "x floor", "peer fwd", "peer f+b", "saved f+b");
     const double peak = 709e12, bw = 4.2e12;
     for (int ni = 0; ni < a->n_ns; ni++) {
         const int n = a->ns[ni];
@@ -227,20 +229,30 @@ static int bench_run(const BenchArgs *a) {
         BCK(cudaMalloc(&dbeta, es * (size_t)nb));
         BCK(cudaMalloc(&dg, 4 * (size_t)BTH));
         if (mask) BCK(cudaMalloc(&dmask, sizeof(float) * (size_t)a->H * n * n));
-        const size_t wsb = gdp_backward_workspace_bytes(&d);
+        const size_t wsb = gdp_backward_workspace_bytes(&d), svb = gdp_saved_bytes(&d);
+        const size_t scb = gdp_backward_scratch_bytes(&d);
+        void *saved, *scratch;
         BCK(cudaMalloc(&ws, wsb));
+        BCK(cudaMalloc(&saved, svb));
+        BCK(cudaMalloc(&scratch, scb));
         cudaStream_t st;
         BCK(cudaStreamCreate(&st));
-        GdpForwardArgs fa = {q, k, v, beta, g, mask, NULL, o, NULL};
-        GdpBackwardArgs ba = {q, k, v, beta, g, mask, NULL, d_o, NULL, dq, dk, dv, dbeta, dg, dmask, NULL};
-        OpRun fwd = {&d, &fa, &ba, ws, wsb, st, false}, fb = fwd;
+        GdpForwardArgs fa = {q, k, v, beta, g, mask, NULL, o, NULL, NULL, 0};
+        GdpBackwardArgs ba = {q, k, v, beta, g, mask, NULL, d_o, NULL, dq, dk, dv, dbeta, dg, dmask, NULL, NULL};
+        GdpForwardArgs fa_s = fa;
+        GdpBackwardArgs ba_s = ba;
+        fa_s.saved = saved, fa_s.saved_bytes = svb, ba_s.saved = saved;
+        OpRun fwd = {&d, &fa, &ba, ws, wsb, st, false}, fb = fwd, fbs = {&d, &fa_s, &ba_s, scratch, scb, st, true};
         fb.backward = true;
         const double mf = median_ms(a, st, op_once, &fwd), mb = median_ms(a, st, op_once, &fb);
+        const double ms = median_ms(a, st, op_once, &fbs);
         if (getenv("GDP_BENCH_PROFILE")) { /* one more forward + backward, each kernel timed (stderr) */
             setenv("GDP_PROFILE", "1", 1);
             fprintf(stderr, "-- kernels, n=%d\n", n);
             check_status(gdp_forward_cuda(&d, &fa, ws, wsb, st), "gdp_forward_cuda");
             check_status(gdp_backward_cuda(&d, &ba, ws, wsb, st), "gdp_backward_cuda");
+            fprintf(stderr, "-- kernels, n=%d, backward with the saved forward\n", n);
+            check_status(gdp_backward_cuda(&d, &ba_s, scratch, scb, st), "gdp_backward_cuda (saved)");
             BCK(cudaStreamSynchronize(st));
             unsetenv("GDP_PROFILE");
         }
@@ -257,11 +269,11 @@ static int bench_run(const BenchArgs *a) {
             snprintf(pf, sizeof pf, "%.3f", peer_fwd[n]);
             snprintf(pb, sizeof pb, "%.3f", peer_fb[n]);
         }
-        printf("%-3d %10.3f %9.1f %8.2f %12.3f %9.1f %8.2f %10s %10s\n", n, mf, Ff / (mf * 1e-3) / 1e12, mf / floor_f, mb,
-               (Ff + Fb) / (mb * 1e-3) / 1e12, mb / floor_fb, pf, pb);
+        printf("%-3d %10.3f %9.1f %8.2f %12.3f %9.1f %8.2f %10s %10s %10.3f\n", n, mf, Ff / (mf * 1e-3) / 1e12, mf / floor_f,
+               mb, (Ff + Fb) / (mb * 1e-3) / 1e12, mb / floor_fb, pf, pb, ms);
         fflush(stdout);
         BCK(cudaStreamDestroy(st));
-        void *bufs[] = {q, k, v, beta, g, d_o, mask, o, dq, dk, dv, dbeta, dg, dmask, ws};
+        void *bufs[] = {q, k, v, beta, g, d_o, mask, o, dq, dk, dv, dbeta, dg, dmask, ws, saved, scratch};
         for (size_t i = 0; i < GDP_ARRAY_LEN(bufs); i++)
             if (bufs[i]) BCK(cudaFree(bufs[i]));
     }

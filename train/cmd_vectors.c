@@ -113,9 +113,9 @@ static int run_case(const GdpVecCase *c, Device dev, DType dt, double bound, int
     b[DG] = alloc_on(dev, z.g, aux);
     b[DMASK] = split ? alloc_on(dev, z.mask, aux) : NULL;
     b[DH0] = alloc_on(dev, z.state, aux);
-    GdpForwardArgs fa = {b[Q], b[K_], b[V_], b[BETA], b[G], b[MASK], b[H0], b[O], b[HT]};
+    GdpForwardArgs fa = {b[Q], b[K_], b[V_], b[BETA], b[G], b[MASK], b[H0], b[O], b[HT], NULL, 0};
     GdpBackwardArgs ba = {b[Q], b[K_], b[V_], b[BETA], b[G], b[MASK], b[H0], b[DO], b[DHT],
-                          b[DQ], b[DK], b[DV], b[DBETA], b[DG], b[DMASK], b[DH0]};
+                          b[DQ], b[DK], b[DV], b[DBETA], b[DG], b[DMASK], b[DH0], NULL};
     GdpStatus sf, sb;
     if (dev == DEV_CPU) {
         sf = gdp_forward_cpu(&d, &fa);

@@ -72,8 +72,10 @@ static void hostio_free(HostIO *r) {
 }
 
 /* Runs forward and backward on CUDA in desc->dtype; results into io (malloc'd). If ws_copy is
- * non-NULL it receives a host copy of the backward workspace (for the stage checks). */
-static int run_gpu(const GdpDesc *d0, HostIO *io, void **ws_copy, int want_bwd) {
+ * non-NULL it receives a host copy of the backward workspace (for the stage checks). With `saved`
+ * the forward saves its intermediates (GdpForwardArgs.saved) and the backward reuses them, with a
+ * scratch of gdp_backward_scratch_bytes; both buffers start poisoned. */
+static int run_gpu_ex(const GdpDesc *d0, HostIO *io, void **ws_copy, int want_bwd, int saved) {
     GdpDesc d = *d0;
     DType dt = d.dtype;
     GdpSizes s = gdp_sizes(&d);
@@ -88,13 +90,17 @@ static int run_gpu(const GdpDesc *d0, HostIO *io, void **ws_copy, int want_bwd) 
     void *g = dev_upload(io->g, s.g, GDP_F32), *mask = dev_upload(io->mask, s.mask, GDP_F32);
     void *h0 = dev_upload(io->h0, s.state, GDP_F32), *dht = dev_upload(io->dht, s.state, GDP_F32);
     void *o = dev_poisoned(s.o, dt), *ht = dev_poisoned(s.state, GDP_F32);
-    size_t wsb = gdp_backward_workspace_bytes(&d);
-    size_t wsf = gdp_forward_workspace_bytes(&d);
-    void *ws;
+    size_t wsb = saved ? gdp_backward_scratch_bytes(&d) : gdp_backward_workspace_bytes(&d);
+    size_t wsf = gdp_forward_workspace_bytes(&d), svb = saved ? gdp_saved_bytes(&d) : 0;
+    void *ws, *sv = NULL;
     CUDA_CHECK(cudaMalloc(&ws, wsb));
     CUDA_CHECK(cudaMemset(ws, 0xFF, wsb));
-    GdpForwardArgs fa = {q, k, v, beta, g, mask, h0, o, ht};
-    GdpStatus st = gdp_forward_cuda(&d, &fa, ws, wsf, NULL);
+    if (saved) {
+        CUDA_CHECK(cudaMalloc(&sv, svb));
+        CUDA_CHECK(cudaMemset(sv, 0xFF, svb));
+    }
+    GdpForwardArgs fa = {q, k, v, beta, g, mask, h0, o, ht, sv, svb};
+    GdpStatus st = saved ? gdp_forward_cuda(&d, &fa, NULL, 0, NULL) : gdp_forward_cuda(&d, &fa, ws, wsf, NULL);
     if (st != GDP_OK) {
         printf("  gdp_forward_cuda: status %d: %s\n", (int)st, gdp_last_error());
         return 1;
@@ -109,7 +115,7 @@ static int run_gpu(const GdpDesc *d0, HostIO *io, void **ws_copy, int want_bwd) 
         dmask = d.mode == GDP_MODE_SPLIT ? dev_poisoned(s.mask, GDP_F32) : NULL;
         dh0 = dev_poisoned(s.state, GDP_F32);
         CUDA_CHECK(cudaMemset(ws, 0xFF, wsb));
-        GdpBackwardArgs ba = {q, k, v, beta, g, mask, h0, d_o, dht, dq, dk, dv, dbeta, dg, dmask, dh0};
+        GdpBackwardArgs ba = {q, k, v, beta, g, mask, h0, d_o, dht, dq, dk, dv, dbeta, dg, dmask, dh0, sv};
         st = gdp_backward_cuda(&d, &ba, ws, wsb, NULL);
         if (st != GDP_OK) {
             printf("  gdp_backward_cuda: status %d: %s\n", (int)st, gdp_last_error());
@@ -128,10 +134,14 @@ static int run_gpu(const GdpDesc *d0, HostIO *io, void **ws_copy, int want_bwd) 
             CUDA_CHECK(cudaMemcpy(*ws_copy, ws, wsb, cudaMemcpyDeviceToHost));
         }
     }
-    void *all[] = {q, k, v, beta, d_o, g, mask, h0, dht, o, ht, ws, dq, dk, dv, dbeta, dg, dmask, dh0, cu_d};
+    void *all[] = {q, k, v, beta, d_o, g, mask, h0, dht, o, ht, ws, sv, dq, dk, dv, dbeta, dg, dmask, dh0, cu_d};
     for (size_t i = 0; i < GDP_ARRAY_LEN(all); i++)
         if (all[i]) CUDA_CHECK(cudaFree(all[i]));
     return 0;
+}
+
+static int run_gpu(const GdpDesc *d, HostIO *io, void **ws_copy, int want_bwd) {
+    return run_gpu_ex(d, io, ws_copy, want_bwd, 0);
 }
 
 /* Compares every tensor; returns the number over bound and prints one line. */
@@ -296,11 +306,11 @@ static void cpu_ref(const RandData *r, HostIO *ref) {
     ref->dg = (double *)xcalloc((size_t)s.g, 8);
     ref->dmask = s.mask ? (double *)xcalloc((size_t)s.mask, 8) : NULL;
     ref->dh0 = (double *)xcalloc((size_t)s.state, 8);
-    GdpForwardArgs fa = {r->q, r->k, r->v, r->beta, r->g, r->mask, r->h0, ref->o, ref->ht};
+    GdpForwardArgs fa = {r->q, r->k, r->v, r->beta, r->g, r->mask, r->h0, ref->o, ref->ht, NULL, 0};
     GdpStatus st = gdp_forward_cpu(&d, &fa);
     if (st != GDP_OK) gdp_fatal("gdp_forward_cpu: %s", gdp_last_error());
     GdpBackwardArgs ba = {r->q, r->k, r->v, r->beta, r->g, r->mask, r->h0, r->d_o, r->dht,
-                          ref->dq, ref->dk, ref->dv, ref->dbeta, ref->dg, ref->dmask, ref->dh0};
+                          ref->dq, ref->dk, ref->dv, ref->dbeta, ref->dg, ref->dmask, ref->dh0, NULL};
     st = gdp_backward_cpu(&d, &ba);
     if (st != GDP_OK) gdp_fatal("gdp_backward_cpu: %s", gdp_last_error());
 }
@@ -492,11 +502,48 @@ GPU_TEST(backward_is_deterministic) {
     rand_free(&r);
 }
 
+/* Every random shape in both dtypes: a backward that reuses a saved forward gives the gradients
+ * of one that recomputes, bit for bit (the same kernels on the same inputs), and o and ht are the
+ * same too. Only under GDP_FUSED_OUTPUT=1, which a saving forward ignores, o may round otherwise. */
+GPU_TEST(saved_forward_matches_recompute) {
+    for (size_t i = 0; i < GDP_ARRAY_LEN(rand_cases); i++) {
+        RandData r;
+        rand_make(&rand_cases[i], 1000 + i, &r);
+        for (int di = 0; di < 2; di++) {
+            GdpDesc d = r.d;
+            d.dtype = di ? GDP_BF16 : GDP_F32;
+            HostIO a = hio(&r, d.cu_seqlens), b = a;
+            if (run_gpu_ex(&d, &a, NULL, 1, 0) || run_gpu_ex(&d, &b, NULL, 1, 1)) {
+                (*failures)++;
+                continue;
+            }
+            GdpSizes s = gdp_sizes(&d);
+            const struct { const char *name; const double *x, *y; int64_t n; } t[] = {
+                {"ht", a.ht, b.ht, s.state}, {"dq", a.dq, b.dq, s.q},         {"dk", a.dk, b.dk, s.k},
+                {"dv", a.dv, b.dv, s.v},     {"dbeta", a.dbeta, b.dbeta, s.beta}, {"dg", a.dg, b.dg, s.g},
+                {"dmask", a.dmask, b.dmask, s.mask}, {"dh0", a.dh0, b.dh0, s.state}};
+            for (size_t j = 0; j < GDP_ARRAY_LEN(t); j++)
+                if (t[j].x && t[j].n)
+                    GPU_EXPECT(!memcmp(t[j].x, t[j].y, 8 * (size_t)t[j].n), "case %zu %s: %s differs with the saved forward", i,
+                               dtype_name(d.dtype), t[j].name);
+            double num = 0, den = 0;
+            for (int64_t e = 0; e < s.o; e++) num += (a.o[e] - b.o[e]) * (a.o[e] - b.o[e]), den += a.o[e] * a.o[e];
+            const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+            const double bound = getenv("GDP_FUSED_OUTPUT") ? (di ? 1e-2 : 1e-6) : 0.0;
+            GPU_EXPECT(rel <= bound, "case %zu %s: o of the saving forward is %.2e from the plain one (bound %.0e)", i,
+                       dtype_name(d.dtype), rel, bound);
+            hostio_free(&a);
+            hostio_free(&b);
+        }
+        rand_free(&r);
+    }
+}
+
 GPU_TEST(error_paths) {
     GdpDesc d = {0};
     d.mode = GDP_MODE_HOUSEHOLDER, d.B = 1, d.T = 8, d.H = 1, d.K = 300, d.V = 16, d.n = 1, d.dtype = GDP_BF16;
-    char dummy[16];
-    GdpForwardArgs fa = {dummy, dummy, dummy, dummy, NULL, NULL, NULL, dummy, NULL};
+    _Alignas(16) char dummy[16];
+    GdpForwardArgs fa = {dummy, dummy, dummy, dummy, NULL, NULL, NULL, dummy, NULL, NULL, 0};
     GdpStatus st = gdp_forward_cuda(&d, &fa, dummy, 16, NULL);
     GPU_EXPECT(st == GDP_ERR_UNSUPPORTED, "K=300: status %d, want GDP_ERR_UNSUPPORTED (%s)", (int)st, gdp_last_error());
     d.K = 16;
@@ -510,8 +557,27 @@ GPU_TEST(error_paths) {
     fa.q = NULL;
     st = gdp_forward_cuda(&d, &fa, dummy, 16, NULL);
     GPU_EXPECT(st == GDP_ERR_INVALID, "q NULL: status %d, want GDP_ERR_INVALID", (int)st);
+    fa.q = dummy;
+    fa.saved = dummy, fa.saved_bytes = 16;
+    st = gdp_forward_cuda(&d, &fa, NULL, 0, NULL);
+    GPU_EXPECT(st == GDP_ERR_WORKSPACE, "16-byte saved buffer: status %d, want GDP_ERR_WORKSPACE", (int)st);
+    GPU_EXPECT(strstr(gdp_last_error(), "gdp_saved_bytes") != NULL, "message '%s' does not name gdp_saved_bytes",
+               gdp_last_error());
+    GdpBackwardArgs ba = {dummy, dummy, dummy, dummy, NULL, NULL, NULL, dummy, NULL, dummy, dummy, dummy, dummy,
+                          NULL, NULL, NULL, dummy};
+    st = gdp_backward_cuda(&d, &ba, dummy, 16, NULL);
+    GPU_EXPECT(st == GDP_ERR_WORKSPACE, "saved forward, 16-byte scratch: status %d, want GDP_ERR_WORKSPACE", (int)st);
+    GPU_EXPECT(strstr(gdp_last_error(), "gdp_backward_scratch_bytes") != NULL,
+               "message '%s' does not name gdp_backward_scratch_bytes", gdp_last_error());
+    GPU_EXPECT(gdp_backward_scratch_bytes(&d) + gdp_saved_bytes(&d) == gdp_backward_workspace_bytes(&d) &&
+                   gdp_saved_bytes(&d) > gdp_forward_workspace_bytes(&d),
+               "saved %zu + scratch %zu must make the backward workspace %zu, and exceed the forward's %zu",
+               gdp_saved_bytes(&d), gdp_backward_scratch_bytes(&d), gdp_backward_workspace_bytes(&d),
+               gdp_forward_workspace_bytes(&d));
     d.T = 0;
     GPU_EXPECT(gdp_forward_workspace_bytes(&d) == 0, "an invalid descriptor must ask for 0 workspace bytes");
+    GPU_EXPECT(gdp_saved_bytes(&d) == 0 && gdp_backward_scratch_bytes(&d) == 0,
+               "an invalid descriptor must ask for 0 saved and scratch bytes");
 }
 
 /* ---------------------------------------------------------------- small case for compute-sanitizer */
@@ -529,9 +595,11 @@ static int sanitize_main(void) {
         for (int di = 0; di < 2; di++) {
             GdpDesc d = r.d;
             d.dtype = di ? GDP_BF16 : GDP_F32;
-            HostIO io = hio(&r, d.cu_seqlens);
-            failures += run_gpu(&d, &io, NULL, 1);
-            hostio_free(&io);
+            for (int saved = 0; saved < 2; saved++) {
+                HostIO io = hio(&r, d.cu_seqlens);
+                failures += run_gpu_ex(&d, &io, NULL, 1, saved);
+                hostio_free(&io);
+            }
         }
         rand_free(&r);
     }

@@ -223,7 +223,8 @@ GPU_TEST(autocast_bf16_trains_like_f32) {
         GPU_EXPECT(fabs(r[i].last_val_loss - r[0].last_val_loss) < 0.15, "val loss f32 %.4f vs bf16 run %d %.4f",
                    r[0].last_val_loss, i, r[i].last_val_loss);
     }
-    /* recomputation runs the same kernels on the same inputs: the same bits */
+    /* recomputation runs the same kernels on the same inputs: the same bits (run 1 keeps the GDP
+     * op's saved forward for its backward, run 3 recomputes it) */
     GPU_EXPECT(r[3].first_loss == r[1].first_loss && r[3].last_loss == r[1].last_loss &&
                    r[3].last_val_loss == r[1].last_val_loss,
                "--selective-recompute: losses %.9g -> %.9g, val %.9g; without it %.9g -> %.9g, val %.9g", r[3].first_loss,
