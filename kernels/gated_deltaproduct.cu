@@ -2837,32 +2837,31 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
 } // namespace gdp
 
 /* ---------------------------------------------------------------- public API */
+/* the plan of a descriptor that gdp_validate accepts; false (sizes 0) for any other */
+static bool plan_for(const GdpDesc *desc, GdpPlan *pl) {
+    if (gdp_validate(desc) != GDP_OK) return false;
+    gdp_plan_make(desc, pl);
+    return true;
+}
+
 extern "C" size_t gdp_forward_workspace_bytes(const GdpDesc *desc) {
-    if (gdp_validate(desc) != GDP_OK) return 0;
     GdpPlan pl;
-    gdp_plan_make(desc, &pl);
-    return pl.bytes_fwd;
+    return plan_for(desc, &pl) ? pl.bytes_fwd : 0;
 }
 
 extern "C" size_t gdp_backward_workspace_bytes(const GdpDesc *desc) {
-    if (gdp_validate(desc) != GDP_OK) return 0;
     GdpPlan pl;
-    gdp_plan_make(desc, &pl);
-    return pl.bytes_bwd;
+    return plan_for(desc, &pl) ? pl.bytes_bwd : 0;
 }
 
 extern "C" size_t gdp_saved_bytes(const GdpDesc *desc) {
-    if (gdp_validate(desc) != GDP_OK) return 0;
     GdpPlan pl;
-    gdp_plan_make(desc, &pl);
-    return pl.bytes_saved;
+    return plan_for(desc, &pl) ? pl.bytes_saved : 0;
 }
 
 extern "C" size_t gdp_backward_scratch_bytes(const GdpDesc *desc) {
-    if (gdp_validate(desc) != GDP_OK) return 0;
     GdpPlan pl;
-    gdp_plan_make(desc, &pl);
-    return pl.bytes_scratch;
+    return plan_for(desc, &pl) ? pl.bytes_scratch : 0;
 }
 
 extern "C" GdpStatus gdp_forward_cuda(const GdpDesc *desc, const GdpForwardArgs *args, void *workspace,
