@@ -1,7 +1,8 @@
-/* gdp bench op: times the Gated DeltaProduct op on CUDA (forward, and forward + backward) with
- * CUDA events, the median of --iters runs after --warmup runs, and prints TFLOP/s (FLOPs counted
- * as research/fla-study.md §6: full 64x64 tiles, chunk C = 64, L = n*T rows) and the time over
- * the floor max(FLOPs / 709 TFLOP/s, minimum bytes / 4.2 TB/s) (baselines/h200.md, measured).
+/* gdp bench op: times the Gated DeltaProduct op on CUDA (forward, forward + backward, and forward +
+ * backward with the saved forward) with CUDA events, the median of --iters runs after --warmup
+ * runs, and prints TFLOP/s (FLOPs counted as research/fla-study.md §6: full 64x64 tiles, chunk
+ * C = 64, L = n*T rows) and the time over the floor max(FLOPs / 709 TFLOP/s, minimum bytes /
+ * 4.2 TB/s) (baselines/h200.md, measured).
  * GDP_BENCH_PROFILE=1: after the timing, one more run with every kernel timed on its own (stderr). */
 #include <math.h>
 #include <stdio.h>
@@ -38,7 +39,9 @@ static const CliCommand bench_cmd = {
              "--iters N] | gdp bench matmul [--tokens N --iters N]",
     "op: times the Gated DeltaProduct op on the GPU: forward and forward+backward in ms (median of --iters\n"
     "runs timed with CUDA events after --warmup runs), TFLOP/s with FLOPs counted as fla-study §6, and\n"
-    "the ratio to the floor max(FLOPs / 709 TFLOP/s, minimum bytes / 4.2 TB/s). Gate on, no h0/ht.\n"
+    "the ratio to the floor max(FLOPs / 709 TFLOP/s, minimum bytes / 4.2 TB/s). Gate on, no h0/ht. The last\n"
+    "column, saved f+b, is forward+backward with the forward's chunk intermediates kept for the backward\n"
+    "(GdpForwardArgs.saved, as training without --selective-recompute runs the op).\n"
     "matmul: times the base preset's linear-layer GEMMs (y, dx, dW) over --tokens rows, with f32 operands\n"
     "rounded inside cuBLAS, bf16 operands and outputs, and bf16 operands with f32 outputs.",
     bench_opts, (int)GDP_ARRAY_LEN(bench_opts)};
