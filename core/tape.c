@@ -22,12 +22,16 @@ static void run_timed(Ctx *ctx, Node *node, int backward) {
     profile_add(ctx->profile, node->op->name, backward, gdp_now_seconds() - t0);
 }
 
+bool op_records(const Ctx *ctx, const Node *node) {
+    if (!ctx->grad_enabled || !node->op->backward) return false;
+    for (int i = 0; i < node->n_in; i++)
+        if (node->in[i] && node->in[i]->requires_grad) return true;
+    return false;
+}
+
 void op_run(Ctx *ctx, Node *node) {
     run_timed(ctx, node, 0);
-    bool needs = false;
-    for (int i = 0; i < node->n_in; i++)
-        if (node->in[i] && node->in[i]->requires_grad) needs = true;
-    if (!needs || !ctx->grad_enabled || !node->op->backward) return;
+    if (!op_records(ctx, node)) return;
     Tape *tape = &ctx->tape;
     GDP_CHECK(tape->n < tape->cap, "tape is full (%d nodes) recording op '%s': raise --tape-nodes", tape->cap,
               node->op->name);

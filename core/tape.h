@@ -74,6 +74,9 @@ typedef struct Tape {
 /* Runs node->op->forward and records the node when grad is enabled and some input requires a
  * gradient; the outputs then require gradients too. Every public op goes through this. */
 void op_run(struct Ctx *ctx, Node *node);
+/* Whether op_run will record the node (some input requires a gradient, recording is on and the op
+ * has a backward): an op may then keep what its backward needs. */
+bool op_records(const struct Ctx *ctx, const Node *node);
 /* A gradient boundary on x (returns a view of x to use in its place): in backward, once the
  * walk reaches it, every activation gradient allocated since the previous boundary (or since
  * backward began) is released, after x's own gradient is moved into one of two buffers. Put one

@@ -236,9 +236,7 @@ Tensor *op_gated_deltaproduct(Ctx *ctx, const GdpOpArgs *a) {
     GdpDesc desc = node_desc(&nd);
     if (gdp_validate(&desc) != GDP_OK) gdp_fatal("op '" OPN "': %s", gdp_last_error());
 #ifdef GDP_CUDA
-    bool recorded = false; /* op_run records the node: a gradient will flow back through it */
-    for (int i = 0; i < IN_CU; i++) recorded |= nd.in[i] && nd.in[i]->requires_grad;
-    if (a->save_for_backward && recorded && ctx->grad_enabled && ctx->device == DEV_CUDA) {
+    if (a->save_for_backward && ctx->device == DEV_CUDA && op_records(ctx, &nd)) {
         const int64_t words = (int64_t)(gdp_saved_bytes(&desc) / 4); /* a multiple of 256 bytes */
         nd.saved[0] = tensor_new(ctx, LIFE_ACT, GDP_I32, SHAPE(words));
         nd.n_saved = 1;
