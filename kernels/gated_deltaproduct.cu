@@ -2844,6 +2844,12 @@ static bool plan_for(const GdpDesc *desc, GdpPlan *pl) {
     return true;
 }
 
+/* the kernels move 16 bytes at a time from every region of the saved buffer */
+static GdpStatus check_saved_aligned(const char *who, const void *saved) {
+    if (((uintptr_t)saved & 15) != 0) return gdp_fail(GDP_ERR_INVALID, "%s: the saved buffer must be 16-byte aligned", who);
+    return GDP_OK;
+}
+
 extern "C" size_t gdp_forward_workspace_bytes(const GdpDesc *desc) {
     GdpPlan pl;
     return plan_for(desc, &pl) ? pl.bytes_fwd : 0;
@@ -2871,22 +2877,20 @@ extern "C" GdpStatus gdp_forward_cuda(const GdpDesc *desc, const GdpForwardArgs 
     if (s != GDP_OK) return s;
     s = gdp_check_forward_args(who, desc, args);
     if (s != GDP_OK) return s;
-    if (args->saved) {
+    if (args->saved) { /* the saved buffer is the workspace; the workspace argument is not used */
         const size_t need = gdp_saved_bytes(desc);
         if (args->saved_bytes < need)
             return gdp_fail(GDP_ERR_WORKSPACE, "%s: the saved buffer has %zu bytes, %zu are needed (gdp_saved_bytes)",
                             who, args->saved_bytes, need);
-        if (((uintptr_t)args->saved & 15) != 0)
-            return gdp_fail(GDP_ERR_INVALID, "%s: the saved buffer must be 16-byte aligned", who);
-        gdp_clear_error();
-        cudaStream_t st = (cudaStream_t)stream;
-        return desc->dtype == GDP_BF16 ? gdp::forward_impl<__nv_bfloat16>(desc, args, nullptr, st)
-                                       : gdp::forward_impl<float>(desc, args, nullptr, st);
+        s = check_saved_aligned(who, args->saved);
+        if (s != GDP_OK) return s;
+    } else {
+        const size_t need = gdp_forward_workspace_bytes(desc);
+        if (!workspace || workspace_bytes < need)
+            return gdp_fail(GDP_ERR_WORKSPACE,
+                            "%s: the workspace has %zu bytes, %zu are needed (gdp_forward_workspace_bytes)", who,
+                            workspace ? workspace_bytes : (size_t)0, need);
     }
-    const size_t need = gdp_forward_workspace_bytes(desc);
-    if (!workspace || workspace_bytes < need)
-        return gdp_fail(GDP_ERR_WORKSPACE, "%s: the workspace has %zu bytes, %zu are needed (gdp_forward_workspace_bytes)",
-                        who, workspace ? workspace_bytes : (size_t)0, need);
     gdp_clear_error();
     cudaStream_t st = (cudaStream_t)stream;
     return desc->dtype == GDP_BF16 ? gdp::forward_impl<__nv_bfloat16>(desc, args, workspace, st)
@@ -2905,8 +2909,10 @@ extern "C" GdpStatus gdp_backward_cuda(const GdpDesc *desc, const GdpBackwardArg
         return gdp_fail(GDP_ERR_WORKSPACE, "%s: the workspace has %zu bytes, %zu are needed (%s)", who,
                         workspace ? workspace_bytes : (size_t)0, need,
                         args->saved ? "gdp_backward_scratch_bytes, with a saved forward" : "gdp_backward_workspace_bytes");
-    if (args->saved && ((uintptr_t)args->saved & 15) != 0)
-        return gdp_fail(GDP_ERR_INVALID, "%s: the saved buffer must be 16-byte aligned", who);
+    if (args->saved) {
+        s = check_saved_aligned(who, args->saved);
+        if (s != GDP_OK) return s;
+    }
     gdp_clear_error();
     cudaStream_t st = (cudaStream_t)stream;
     return desc->dtype == GDP_BF16 ? gdp::backward_impl<__nv_bfloat16>(desc, args, workspace, st)
