@@ -8,31 +8,7 @@
 #define L2_ROWS_PER_BLOCK 8 /* one-warp-a-row kernels */
 
 /* ---- row groups (norm_rows.cuh) ---------------------------------------------------------------- */
-template <typename T, int LG, int NC>
-__global__ void __launch_bounds__(NORM_THREADS)
-    l2_fwd_vec_kernel(T *y, float *rstd, const T *x, long long rows, int G, float eps) {
-    const int li = threadIdx.x & (LG - 1), nch = G >> 3;
-    const long long row = blockIdx.x * (long long)(NORM_THREADS / LG) + threadIdx.x / LG;
-    const bool ok = row < rows;
-    const long long off = ok ? row * G : 0;
-    Raw8<T> rx[NC];
-#pragma unroll
-    for (int k = 0; k < NC; k++) raw8_load_if(rx[k], x, off + 8 * (li + k * LG), ok && li + k * LG < nch);
-    const float ss = norm_group_sumsq<LG>(rx);
-    if (!ok) return;
-    const float r = 1.f / sqrtf(ss + eps);
-    if (li == 0) rstd[row] = r;
-#pragma unroll
-    for (int k = 0; k < NC; k++) {
-        const int ch = li + k * LG;
-        if (ch >= nch) continue;
-        float f[8];
-        raw8_floats(rx[k], f);
-#pragma unroll
-        for (int j = 0; j < 8; j++) f[j] *= r;
-        store8(y + off + 8 * ch, f);
-    }
-}
+/* The forward is norm_rows_fwd_kernel<T, T, LG, NC, false> (norm_rows.cuh, shared with RMSNorm). */
 
 template <typename T, int LG, int NC>
 __global__ void __launch_bounds__(NORM_THREADS) l2_bwd_vec_kernel(T *dx, const T *dy, const T *x, const float *rstd,
@@ -117,8 +93,9 @@ extern "C" void l2norm_forward_cuda(DType dt, void *y, float *rstd, const void *
     const unsigned grid = l2_grid(rows, shape);
     if (shape >= 0)
         DISPATCH_F32_BF16(dt, "l2norm",
-                          NORM_SHAPES_512(shape, l2_fwd_vec_kernel<T, LG, NC><<<grid, NORM_THREADS, 0, s>>>(
-                                                     (T *)y, rstd, (const T *)x, rows, (int)group, (float)eps)));
+                          NORM_SHAPES_512(shape, norm_rows_fwd_kernel<T, T, LG, NC, false>
+                                                 <<<grid, NORM_THREADS, 0, s>>>((T *)y, rstd, (const T *)x, nullptr,
+                                                                                rows, (int)group, (float)eps)));
     else
         DISPATCH_F32_BF16(dt, "l2norm", l2_fwd_kernel<T><<<grid, dim3(32, L2_ROWS_PER_BLOCK), 0, s>>>(
                                             (T *)y, rstd, (const T *)x, rows, (int)group, (float)eps));

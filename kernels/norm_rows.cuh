@@ -102,6 +102,42 @@ __device__ __forceinline__ void norm_block_column_sums(float *partial, float *pa
     for (int c = threadIdx.x; c < D; c += NORM_THREADS) partial[(long long)blockIdx.x * D + c] = part[c];
 }
 
+/* The forward of RMSNorm (MEAN: r = rsqrt(mean of the squares + eps), y = x r w, w may be NULL) and of
+ * the L2 norm (!MEAN: r = rsqrt(sum of the squares + eps), y = x r, no weight) on row groups of C
+ * elements; rstd[row] = r. */
+template <typename TX, typename TY, int LG, int NC, bool MEAN>
+__global__ void __launch_bounds__(NORM_THREADS)
+    norm_rows_fwd_kernel(TY *y, float *rstd, const TX *x, const TX *w, long long rows, int C, float eps) {
+    const int li = threadIdx.x & (LG - 1), nch = C >> 3;
+    const long long row = blockIdx.x * (long long)(NORM_THREADS / LG) + threadIdx.x / LG;
+    const bool ok = row < rows;
+    const long long off = ok ? row * C : 0;
+    Raw8<TX> rx[NC];
+#pragma unroll
+    for (int k = 0; k < NC; k++) raw8_load_if(rx[k], x, off + 8 * (li + k * LG), ok && li + k * LG < nch);
+    const float ss = norm_group_sumsq<LG>(rx);
+    if (!ok) return;
+    const float r = 1.f / sqrtf((MEAN ? ss / (float)C : ss) + eps);
+    if (li == 0) rstd[row] = r;
+#pragma unroll
+    for (int k = 0; k < NC; k++) {
+        const int ch = li + k * LG;
+        if (ch >= nch) continue;
+        float f[8];
+        raw8_floats(rx[k], f);
+        if (MEAN) {
+            float wv[8] = {1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f};
+            if (w) load8(w + 8 * ch, wv);
+#pragma unroll
+            for (int j = 0; j < 8; j++) f[j] = f[j] * r * wv[j];
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) f[j] *= r;
+        }
+        store8(y + off + 8 * ch, f);
+    }
+}
+
 /* Which (LG, NC) holds rows of D elements, or -1 for the one-column-a-lane kernels: D a multiple of
  * 8, at most max_nc chunks a lane, and every pointer (NULL counts as aligned) 16-byte aligned. */
 static inline int norm_shape(long long D, int max_nc, const void *p0, const void *p1 = 0, const void *p2 = 0,

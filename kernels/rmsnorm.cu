@@ -11,32 +11,7 @@
 #define RMS_ROWS_PER_BLOCK 8 /* one-warp-a-row kernels */
 
 /* ---- row groups (norm_rows.cuh) ---------------------------------------------------------------- */
-template <typename TX, typename TY, int LG, int NC>
-__global__ void __launch_bounds__(NORM_THREADS)
-    rms_fwd_vec_kernel(TY *y, float *rstd, const TX *x, const TX *w, long long rows, int C, float eps) {
-    const int li = threadIdx.x & (LG - 1), nch = C >> 3;
-    const long long row = blockIdx.x * (long long)(NORM_THREADS / LG) + threadIdx.x / LG;
-    const bool ok = row < rows;
-    const long long off = ok ? row * C : 0;
-    Raw8<TX> rx[NC];
-#pragma unroll
-    for (int k = 0; k < NC; k++) raw8_load_if(rx[k], x, off + 8 * (li + k * LG), ok && li + k * LG < nch);
-    const float ss = norm_group_sumsq<LG>(rx);
-    if (!ok) return;
-    const float r = 1.f / sqrtf(ss / (float)C + eps);
-    if (li == 0) rstd[row] = r;
-#pragma unroll
-    for (int k = 0; k < NC; k++) {
-        const int ch = li + k * LG;
-        if (ch >= nch) continue;
-        float f[8], wv[8] = {1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f};
-        raw8_floats(rx[k], f);
-        if (w) load8(w + 8 * ch, wv);
-#pragma unroll
-        for (int j = 0; j < 8; j++) f[j] = f[j] * r * wv[j];
-        store8(y + off + 8 * ch, f);
-    }
-}
+/* The forward is norm_rows_fwd_kernel<TX, TY, LG, NC, true> (norm_rows.cuh, shared with the L2 norm). */
 
 /* Rows [blockIdx.x * per, + per): dx where asked for, and with partial the block's dw column sums
  * into partial[blockIdx.x][C] (dynamic shared memory of C floats). w (read from L1 each row rather
@@ -218,9 +193,9 @@ extern "C" void rmsnorm_forward_cuda(DType x_dt, DType y_dt, void *y, float *rst
         const long long step = norm_rows_per_step(shape);
         const unsigned grid = (unsigned)((rows + step - 1) / step);
         DISPATCH_IN_OUT(x_dt, y_dt, "rmsnorm",
-                        NORM_SHAPES_1024(shape, rms_fwd_vec_kernel<TX, TY, LG, NC><<<grid, NORM_THREADS, 0, s>>>(
-                                                    (TY *)y, rstd, (const TX *)x, (const TX *)w, rows, (int)C,
-                                                    (float)eps)));
+                        NORM_SHAPES_1024(shape, norm_rows_fwd_kernel<TX, TY, LG, NC, true>
+                                                <<<grid, NORM_THREADS, 0, s>>>((TY *)y, rstd, (const TX *)x,
+                                                                               (const TX *)w, rows, (int)C, (float)eps)));
     } else {
         DISPATCH_IN_OUT(x_dt, y_dt, "rmsnorm",
                         rms_fwd_kernel<TX, TY><<<rms_row_blocks(rows), dim3(32, RMS_ROWS_PER_BLOCK), 0, s>>>(
