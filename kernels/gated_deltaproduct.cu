@@ -371,13 +371,54 @@ template <typename IT> __device__ void load_gates(const Params &P, const ChunkCt
     for (int p = threadIdx.x; p < 64; p += blockDim.x) br[p] = p < c.lc ? beta_at<IT>(P, c.tok0, c.h, p) : 0.f;
 }
 
-/* After A (fp32, finished, strictly "earlier" entries only) is in Af: Tf = (I + A)^-1 in fp32 and
- * conv(i, j, T_ij, T_i,j+1) for every pair of entries (j even). Diagonal 16x16 blocks by forward substitution, then the off-diagonal
- * blocks by block substitution, T_IJ = -T_II sum_{M=J}^{I-1} A_IM T_MJ, by distance I-J = 1,2,3. */
-template <class Conv> __device__ void solve_T(const float *Af, float *Tf, float *Zs, Conv conv) {
-    const int tid = threadIdx.x;
-    for (int e = tid; e < 64 * 64; e += blockDim.x) Tf[(e >> 6) * LDA + (e & 63)] = 0.f;
-    __syncthreads();
+/* Pieces of the block substitution, T_IJ = -T_II Z_IJ with Z_IJ = sum_{M=J}^{I-1} A_IM T_MJ: a thread
+ * makes a 2 x 2 piece (pc: 8 x 8 pieces of a 16 x 16 block), so each operand read from shared
+ * memory serves two products (the merges are bound by shared-memory loads). Z_IJ lives in Tf's
+ * block (J, I) above the diagonal, which T never uses; it is one fp32 sum in ascending m, carried
+ * through shared memory from one term M to the next. */
+__device__ __forceinline__ void solve_z_term(const float *Af, float *Tf, int I, int J, int M, int pc) {
+    const int r = (pc >> 3) * 2, cc = (pc & 7) * 2;
+    const float *a0 = Af + (16 * I + r) * LDA + 16 * M, *a1 = a0 + LDA, *tc = Tf + 16 * M * LDA + 16 * J + cc;
+    float *z = Tf + (16 * J + r) * LDA + 16 * I + cc;
+    float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
+    if (M != J) s00 = z[0], s01 = z[1], s10 = z[LDA], s11 = z[LDA + 1];
+#pragma unroll
+    for (int m = 0; m < 16; m++) {
+        const float x0 = a0[m], x1 = a1[m], y0 = tc[m * LDA], y1 = tc[m * LDA + 1];
+        s00 += x0 * y0;
+        s01 += x0 * y1;
+        s10 += x1 * y0;
+        s11 += x1 * y1;
+    }
+    z[0] = s00, z[1] = s01, z[LDA] = s10, z[LDA + 1] = s11;
+}
+__device__ __forceinline__ void solve_t_block(float *Tf, int I, int J, int pc) {
+    const int r = (pc >> 3) * 2, cc = (pc & 7) * 2;
+    const float *t0 = Tf + (16 * I + r) * LDA + 16 * I, *t1 = t0 + LDA, *z = Tf + 16 * J * LDA + 16 * I + cc;
+    float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
+#pragma unroll
+    for (int m = 0; m < 16; m++) {
+        const float x0 = t0[m], x1 = t1[m], y0 = z[m * LDA], y1 = z[m * LDA + 1];
+        s00 += x0 * y0;
+        s01 += x0 * y1;
+        s10 += x1 * y0;
+        s11 += x1 * y1;
+    }
+    float *o = Tf + (16 * I + r) * LDA + 16 * J + cc;
+    o[0] = -s00, o[1] = -s01, o[LDA] = -s10, o[LDA + 1] = -s11;
+}
+
+/* After A (fp32, finished and visible to the block, strictly "earlier" entries only) is in Af:
+ * Tf = (I + A)^-1 in fp32, then conv(i, j, T_ij, T_i,j+1) for every pair (j even) on or below the
+ * diagonal 16 x 16 blocks, and with `upper` also for those above it, with zeros. The diagonal
+ * blocks by forward substitution on threads 0-63, while the others run side(e, stride) for e from
+ * 0 (the caller's independent work); then the off-diagonal blocks by the terms of Z_IJ as soon as
+ * their operands exist, at most one block-piece a thread in each of six steps (the old order by
+ * distance I - J took 144 serial multiply-adds a thread, this 96), with the same sums in the same
+ * order, so the same bits. Tf is not cleared: the steps write every block they read. */
+template <class Conv, class Side>
+__device__ void solve_T(const float *Af, float *Tf, bool upper, Conv conv, Side side) {
+    const int tid = threadIdx.x, q = tid >> 6, pc = tid & 63;
     if (tid < 64) {
         const int b = tid >> 4, j = tid & 15, o = b * 16;
         float x[16];
@@ -390,49 +431,43 @@ template <class Conv> __device__ void solve_T(const float *Af, float *Tf, float 
         }
 #pragma unroll
         for (int i = 0; i < 16; i++) Tf[(o + i) * LDA + o + j] = x[i];
+    } else {
+        side(tid - 64, (int)blockDim.x - 64);
     }
     __syncthreads();
-    /* Block merges, level d: Z = A[I, J..I) T[J..I, J], then T[I, J] = -T[I, I] Z, for I = J + d.
-     * A thread makes a 2 x 2 piece of a 16 x 16 block, so each operand read from shared memory
-     * serves two products (the merges were bound by shared-memory loads); every element is still
-     * one fp32 sum in ascending m. */
-    for (int d = 1; d < 4; d++) {
-        const int nb = 4 - d;
-        for (int e = tid; e < nb * 64; e += blockDim.x) {
-            const int J = e >> 6, I = J + d, r = ((e >> 3) & 7) * 2, cc = (e & 7) * 2;
-            const float *a0 = Af + (16 * I + r) * LDA, *a1 = a0 + LDA, *tc = Tf + 16 * J + cc;
-            float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
-            for (int m = 16 * J; m < 16 * I; m++) {
-                const float x0 = a0[m], x1 = a1[m], y0 = tc[m * LDA], y1 = tc[m * LDA + 1];
-                s00 += x0 * y0;
-                s01 += x0 * y1;
-                s10 += x1 * y0;
-                s11 += x1 * y1;
-            }
-            float *z = Zs + (J << 8) + r * 16 + cc;
-            z[0] = s00, z[1] = s01, z[16] = s10, z[17] = s11;
+    /* q = tid / 64 picks the block a quarter of the threads works on (warp-uniform) */
+    if (q < 3) solve_z_term(Af, Tf, q + 1, q, q, pc); /* Z_10, Z_21, Z_32 */
+    else solve_z_term(Af, Tf, 3, 0, 0, pc);          /* Z_30, term 0 */
+    __syncthreads();
+    if (q < 3) solve_t_block(Tf, q + 1, q, pc); /* T_10, T_21, T_32 */
+    else solve_z_term(Af, Tf, 2, 0, 0, pc);    /* Z_20, term 0 */
+    __syncthreads();
+    if (q == 0) solve_z_term(Af, Tf, 2, 0, 1, pc);      /* Z_20, term 1 */
+    else if (q == 1) solve_z_term(Af, Tf, 3, 1, 1, pc); /* Z_31, term 1 */
+    else if (q == 2) solve_z_term(Af, Tf, 3, 0, 1, pc); /* Z_30, term 1 */
+    __syncthreads();
+    if (q == 0) solve_t_block(Tf, 2, 0, pc);            /* T_20 */
+    else if (q == 1) solve_z_term(Af, Tf, 3, 1, 2, pc); /* Z_31, term 2 */
+    __syncthreads();
+    if (q == 0) solve_t_block(Tf, 3, 1, pc);            /* T_31 */
+    else if (q == 1) solve_z_term(Af, Tf, 3, 0, 2, pc); /* Z_30, term 2 */
+    __syncthreads();
+    if (q == 0) solve_t_block(Tf, 3, 0, pc); /* T_30 */
+    __syncthreads();
+    /* the 10 blocks on or below the diagonal (16 rows x 8 pairs each), then the 6 above */
+    for (int e = tid; e < (upper ? 16 : 10) * 128; e += blockDim.x) {
+        int blk = e >> 7, I, J;
+        if (blk < 10) {
+            I = blk < 1 ? 0 : blk < 3 ? 1 : blk < 6 ? 2 : 3; /* blk = I (I + 1) / 2 + J */
+            J = blk - I * (I + 1) / 2;
+        } else {
+            const int l = blk - 10; /* (0,1) (0,2) (0,3) (1,2) (1,3) (2,3) */
+            I = l < 3 ? 0 : l < 5 ? 1 : 2;
+            J = l < 3 ? l + 1 : l < 5 ? l - 1 : 3;
         }
-        __syncthreads();
-        for (int e = tid; e < nb * 64; e += blockDim.x) {
-            const int J = e >> 6, I = J + d, r = ((e >> 3) & 7) * 2, cc = (e & 7) * 2;
-            const float *t0 = Tf + (16 * I + r) * LDA + 16 * I, *t1 = t0 + LDA, *z = Zs + (J << 8) + cc;
-            float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
-#pragma unroll
-            for (int m = 0; m < 16; m++) {
-                const float x0 = t0[m], x1 = t1[m], y0 = z[m << 4], y1 = z[(m << 4) + 1];
-                s00 += x0 * y0;
-                s01 += x0 * y1;
-                s10 += x1 * y0;
-                s11 += x1 * y1;
-            }
-            float *o = Tf + (16 * I + r) * LDA + 16 * J + cc;
-            o[0] = -s00, o[1] = -s01, o[LDA] = -s10, o[LDA + 1] = -s11;
-        }
-        __syncthreads();
-    }
-    for (int e = tid; e < 64 * 32; e += blockDim.x) {
-        const int i = e >> 5, j = (e & 31) * 2;
-        conv(i, j, Tf[i * LDA + j], Tf[i * LDA + j + 1]);
+        const int i = 16 * I + ((e >> 3) & 15), j = 16 * J + (e & 7) * 2;
+        if (J > I) conv(i, j, 0.f, 0.f);
+        else conv(i, j, Tf[i * LDA + j], Tf[i * LDA + j + 1]);
     }
     __syncthreads();
 }
@@ -487,14 +522,13 @@ __device__ void build_A(const Params &P, const ChunkCtx &c, const float *Gs, con
 
 /* ---------------------------------------------------------------- 2. prep */
 template <typename IT> struct PrepSmem {
-    float *Gs, *br, *Zs, *Af, *Pacc, *Tf;
+    float *Gs, *br, *Af, *Pacc, *Tf;
     IT *Top, *b0, *b1, *b2;
     __host__ __device__ static size_t carve(char *base, PrepSmem *s) {
         Carve cv(base);
         PrepSmem t;
         t.Gs = cv.take<float>(64);
         t.br = cv.take<float>(64);
-        t.Zs = cv.take<float>(768);
         t.Af = cv.take<float>(64 * LDA);
         t.Pacc = cv.take<float>(64 * LDA);
         t.Tf = cv.take<float>(64 * LDA);
@@ -519,10 +553,10 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_prep(Params
     for (int t = tid; t < 64; t += blockDim.x) P.G[c.ch * GDP_CHUNK + t] = S.Gs[t];
     build_A<IT>(P, c, S.Gs, S.br, S.b0, S.b1, S.b2, S.Af, true, S.Pacc);
     IT *Tg = P.Tsave ? (IT *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK) : nullptr;
-    solve_T(S.Af, S.Tf, S.Zs, [&](int i, int j, float t0, float t1) {
+    solve_T(S.Af, S.Tf, true, [&](int i, int j, float t0, float t1) {
         store2(S.Top + i * LDT + j, t0, t1);
         if (Tg) store2(Tg + i * 64 + j, t0, t1);
-    });
+    }, [](int, int) {});
     IT *W = (IT *)P.W + c.ch * P.sW, *U = (IT *)P.U + c.ch * P.sU;
     for (int kt = 0; kt < P.nkt + P.nvt; kt++) {
         const bool isv = kt >= P.nkt;
@@ -546,7 +580,7 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_prep(Params
  * once, loaded asynchronously; A and P are register tiles; W = (T diag(beta gamma)) R and
  * U = (T diag(beta)) V with the scaling folded into T. Used whenever it fits. */
 template <typename IT> struct Prep2Smem {
-    float *Gs, *br, *rowf, *bg, *Zs, *Af, *Tf;
+    float *Gs, *br, *rowf, *bg, *Af, *Tf;
     IT *Kw, *R, *QV;
     __host__ __device__ static size_t carve(char *base, int KP, int VP, int Ctp, bool split, Prep2Smem *s) {
         Carve cv(base);
@@ -555,7 +589,6 @@ template <typename IT> struct Prep2Smem {
         t.br = cv.take<float>(64);
         t.rowf = cv.take<float>(64);
         t.bg = cv.take<float>(64);
-        t.Zs = cv.take<float>(768);
         const size_t afb = (size_t)64 * LDA * 4 > (size_t)2 * 64 * LDT * sizeof(IT) ? (size_t)64 * LDA * 4 : (size_t)2 * 64 * LDT * sizeof(IT);
         t.Af = (float *)cv.take<char>(afb);
         t.Tf = cv.take<float>(64 * LDA);
@@ -623,12 +656,12 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, sizeof(IT) ==
     st_tile_f((IT *)P.Kwd + c.ch * P.sW, KP, S.Kw, ldk, 64, KP, [&](int r, int, IT v) { return fromf<IT>(S.rowf[r] * tof(v)); });
     IT *Tw = (IT *)S.Af, *Tu = Tw + 64 * LDT;
     IT *Tg = P.Tsave ? (IT *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK) : nullptr;
-    solve_T(S.Af, S.Tf, S.Zs, [&](int i, int j, float t0, float t1) {
+    solve_T(S.Af, S.Tf, true, [&](int i, int j, float t0, float t1) {
         /* Af is dead once the merges are done (solve_T syncs before calling conv) */
         store2(Tw + i * LDT + j, t0 * S.bg[j], t1 * S.bg[j + 1]);
         store2(Tu + i * LDT + j, t0 * S.br[j], t1 * S.br[j + 1]);
         if (Tg) store2(Tg + i * 64 + j, t0, t1);
-    });
+    }, [](int, int) {});
     IT *Wg = (IT *)P.W + c.ch * P.sW, *Ug = (IT *)P.U + c.ch * P.sU;
     IT *R3 = S.R;
     if (r_in_a) { /* Kwd is stored (solve_T synced): R again, in place of K_w */
@@ -1055,7 +1088,7 @@ __device__ __forceinline__ void cp_token_rows(bf16_t *s, int lds, const bf16_t *
 template <int KP, int CTP> struct Prep2FastSmem {
     static constexpr int LDK = KP + 8;
     static constexpr size_t AFB = (size_t)2 * 64 * LDT * 2 > (size_t)64 * LDA * 4 ? (size_t)2 * 64 * LDT * 2 : (size_t)64 * LDA * 4;
-    static constexpr size_t OFF_AF = (4 * 64 + 768) * 4; /* after Gs, br, rowf, bg [64] and Zs [768] */
+    static constexpr size_t OFF_AF = 4 * 64 * 4; /* after Gs, br, rowf, bg [64] */
     static constexpr size_t OFF_TF = OFF_AF + AFB;       /* Af, then T diag(beta gamma) and T diag(beta) */
     static constexpr size_t OFF_KW = OFF_TF + (size_t)64 * LDA * 4;
     static size_t bytes(bool split, int VP) {
@@ -1073,7 +1106,7 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     const bool hh = P.mode == GDP_MODE_HOUSEHOLDER;
     const int tid = threadIdx.x, warp = tid >> 5, ct = c.ct, lc = c.lc;
     const int ldv = P.VP + 8;
-    float *Gs = (float *)smem, *br = Gs + 64, *rowf = br + 64, *bg = rowf + 64, *Zs = bg + 64;
+    float *Gs = (float *)smem, *br = Gs + 64, *rowf = br + 64, *bg = rowf + 64;
     float *Af = (float *)(smem + SM::OFF_AF), *Tf = (float *)(smem + SM::OFF_TF);
     bf16_t *Kw = (bf16_t *)(smem + SM::OFF_KW), *R = hh ? Kw : Kw + 64 * LDK, *QV = R + 64 * LDK;
     /* raw keys (split mode: every row of a token holds the token's key; made into R and K_w below) */
@@ -1120,34 +1153,54 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     for (int v0 = 0; v0 < P.VP; v0 += GDP_TILE)
         cp_rows_of<64, GDP_TILE>(QV + v0, ldv, [&](int r) { return vrow<bf16_t>(P, c.tok0, c.h, r) + v0; }, lc);
     cp_commit();
-    {
-        bf16_t *Kwd = (bf16_t *)P.Kwd + c.ch * P.sW;
-        for_pieces16<64, KP>([&](int r, int x) { scale8(Kwd + r * KP + x, Kw + r * LDK + x, rowf[r]); });
-    }
-    bf16_t *Tw = (bf16_t *)Af, *Tu = Tw + 64 * LDT;
+    bf16_t *Tw = (bf16_t *)Af, *Tu = Tw + 64 * LDT, *Kwd = (bf16_t *)P.Kwd + c.ch * P.sW;
     bf16_t *Tg = P.Tsave ? (bf16_t *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK) : nullptr;
-    solve_T(Af, Tf, Zs, [&](int i, int j, float t0, float t1) {
-        /* Af is dead once the merges are done (solve_T syncs before calling conv) */
-        store2(Tw + i * LDT + j, t0 * bg[j], t1 * bg[j + 1]);
-        store2(Tu + i * LDT + j, t0 * br[j], t1 * br[j + 1]);
-        if (Tg) store2(Tg + i * 64 + j, t0, t1);
-    });
+    solve_T(
+        Af, Tf, Tg != nullptr,
+        [&](int i, int j, float t0, float t1) {
+            /* Af is dead once the merges are done (solve_T syncs before calling conv). Only the
+             * blocks on or below the diagonal are converted (W and U below read no others) unless
+             * T is saved, which needs its zeros. */
+            store2(Tw + i * LDT + j, t0 * bg[j], t1 * bg[j + 1]);
+            store2(Tu + i * LDT + j, t0 * br[j], t1 * br[j + 1]);
+            if (Tg) store2(Tg + i * 64 + j, t0, t1);
+        },
+        [&](int e0, int stride) { /* Kwd, by the threads that do not solve the diagonal blocks */
+            for (int e = e0; e < 64 * (KP / 8); e += stride) {
+                const int r = e / (KP / 8), x = (e % (KP / 8)) * 8;
+                scale8(Kwd + r * KP + x, Kw + r * LDK + x, rowf[r]);
+            }
+        });
+    /* W = T diag(beta gamma) R and U = T diag(beta) V: T is lower triangular, so row tile mt needs
+     * the first 16 (mt + 1) columns of T. Warp pairs take row tiles {0, 3} or {1, 2} (five 16-deep
+     * steps each) and a quarter of the columns. */
+    const int mta = warp & 1 ? 1 : 0, mtb = 3 - mta, nq = warp >> 1;
     {
-        constexpr int NTW = KP / 16; /* a warp's 16 x KP/2 share of W = T diag(beta gamma) R */
-        const int nw = (warp & 1) * (KP / 2);
-        float aW[NTW][4];
-        frag_zero(aW);
-        warp_mma<NTW, false, false>(aW, Tw, LDT, R, LDK, 64, m1, nw);
-        frag_store_bf16(aW, (bf16_t *)P.W + c.ch * P.sW, KP, m1, nw);
+        constexpr int NTW = KP / 32;
+        bf16_t *Wg = (bf16_t *)P.W + c.ch * P.sW;
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+            const int mt = h2 ? mtb : mta;
+            float aW[NTW][4];
+            frag_zero(aW);
+            warp_mma<NTW, false, false>(aW, Tw, LDT, R, LDK, 16 * (mt + 1), 16 * mt, nq * (KP / 4));
+            frag_store_bf16(aW, Wg, KP, 16 * mt, nq * (KP / 4));
+        }
     }
     cp_wait<0>();
     __syncthreads();
     bf16_t *Ug = (bf16_t *)P.U + c.ch * P.sU;
-    for (int v0 = 0; v0 < P.VP; v0 += GDP_TILE) { /* U = T diag(beta) V */
-        float aU[4][4];
-        frag_zero(aU);
-        warp_mma<4, false, false>(aU, Tu, LDT, QV + v0, ldv, 64, m1, n1);
-        frag_store_bf16(aU, Ug + v0, P.VP, m1, n1);
+    for (int v0 = 0; v0 < P.VP; v0 += 128) { /* 128 columns a round, 32 a warp (VP is a multiple of 64) */
+        const int n0 = v0 + nq * 32;
+        if (n0 >= P.VP) break;
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+            const int mt = h2 ? mtb : mta;
+            float aU[4][4];
+            frag_zero(aU);
+            warp_mma<4, false, false>(aU, Tu, LDT, QV + n0, ldv, 16 * (mt + 1), 16 * mt, 0);
+            frag_store_bf16(aU, Ug + n0, P.VP, 16 * mt, 0);
+        }
     }
 }
 
