@@ -1227,7 +1227,7 @@ template <int KP, int BV> struct StateFastSmem {
     static constexpr size_t bytes(int ns) { return ns * STAGE + (size_t)KP * LDS * 2; }
 };
 
-template <int KP, int BV, int NS> __global__ void __launch_bounds__(NTHREADS, 2) k_state_fast(Params P) {
+template <int KP, int BV, int NS> __global__ void __launch_bounds__(NTHREADS, BV == 128 ? 1 : 2) k_state_fast(Params P) {
     using SM = StateFastSmem<KP, BV>;
     using TL = SeqTiles<KP, BV>;
     constexpr int LDK = SM::LDK, LDS = SM::LDS;
@@ -2597,13 +2597,13 @@ template <typename IT> static bool use_fast_seq() { return use_fast<IT>("seq"); 
 static void (*state_fast_kernel(int KP, int bv, int ns))(Params) {
 #define GDP_SF(kp, b)                                                                   \
     if (KP == kp && bv == b) return ns == 3 ? k_state_fast<kp, b, 3> : k_state_fast<kp, b, 2>;
-    GDP_SF(128, 64) GDP_SF(128, 32) GDP_SF(64, 64) GDP_SF(64, 32)
+    GDP_SF(128, 128) GDP_SF(128, 64) GDP_SF(128, 32) GDP_SF(64, 128) GDP_SF(64, 64) GDP_SF(64, 32)
 #undef GDP_SF
     return nullptr;
 }
 static size_t state_fast_smem(int KP, int bv, int ns) {
-    return KP == 128 ? (bv == 64 ? StateFastSmem<128, 64>::bytes(ns) : StateFastSmem<128, 32>::bytes(ns))
-                     : (bv == 64 ? StateFastSmem<64, 64>::bytes(ns) : StateFastSmem<64, 32>::bytes(ns));
+    if (KP == 128) return bv == 128 ? StateFastSmem<128, 128>::bytes(ns) : bv == 64 ? StateFastSmem<128, 64>::bytes(ns) : StateFastSmem<128, 32>::bytes(ns);
+    return bv == 128 ? StateFastSmem<64, 128>::bytes(ns) : bv == 64 ? StateFastSmem<64, 64>::bytes(ns) : StateFastSmem<64, 32>::bytes(ns);
 }
 static void (*dh_fast_kernel(int KP, int bv, int ctp))(Params) {
 #define GDP_DF(kp, b)                                                                                        \
@@ -2626,7 +2626,8 @@ static size_t dh_fast_smem(int KP, int bv, int ctp) {
 /* V-tile width of a fast sequential kernel among cands: the least work on the busiest SM, i.e.
  * ceil(CTAs / SMs) * bv columns, then the widest (each CTA loads the whole W and Kwd, so narrower
  * tiles load them more often). Measured at H 6, n 2: state bv 64 (96 CTAs) beat bv 32 (192), dh
- * bv 64 beat bv 32. bv is the environment's GDP_BV_STATE / GDP_BV_DH when set and available.
+ * bv 64 beat bv 32; at H 16 (B 8) state bv 128 (128 CTAs, one an SM) beat bv 64 (256 CTAs, two
+ * an SM), 0.236 against 0.290 ms at n 2: a third fewer bytes a step, and the pass is bound by them. bv is the environment's GDP_BV_STATE / GDP_BV_DH when set and available.
  * 0 when no candidate has a kernel that fits. */
 template <class KernOf, class SmemOf>
 static int pick_fast_bv(const GdpPlan &pl, const char *env, const int *cands, int ncand, KernOf kern_of, SmemOf smem_of) {
@@ -2740,9 +2741,9 @@ static void fill_params(const GdpDesc *d, const GdpPlan &pl, void *ws, void *scr
 /* tables, prep, state: shared by the forward and the backward (which recomputes h and Delta) */
 template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan &pl, Params &P, cudaStream_t st,
                                                   int limit) {
-    const int ns = env_on("GDP_STATE_NS3") ? 3 : 2, cands[2] = {64, 32};
+    const int ns = env_on("GDP_STATE_NS3") ? 3 : 2, cands[3] = {128, 64, 32};
     const int fast_bv = use_fast_seq<IT>() ? pick_fast_bv(
-                                                 pl, "GDP_BV_STATE", cands, 2, [&](int b) { return state_fast_kernel(pl.KP, b, ns); },
+                                                 pl, "GDP_BV_STATE", cands, 3, [&](int b) { return state_fast_kernel(pl.KP, b, ns); },
                                                  [&](int b) { return state_fast_smem(pl.KP, b, ns); })
                                            : 0;
     /* The fused state + output pass exists only as a generic kernel: where the fast state kernel
