@@ -48,6 +48,8 @@ struct Params {
     int mode, B, T, H, K, V, n, KP, VP, Ct, Ctp, N, NCmax, nkt, nvt, bv, nst;
     bool veck, vecv; /* rows of K (V) elements may be moved 16 bytes at a time */
     bool fuse_out;   /* forward: the state pass writes o (and no h, Delta) */
+    bool fast_out;   /* forward: k_state_fast writes o (k_output is not run) */
+    bool keep_hd;    /* k_state_fast with the output: store h and Delta too (the forward saves them) */
     int ninv;        /* 65536/n + 1: p/n == (p*ninv) >> 16 exactly for p < 64 */
     int sinv;        /* split mode: 65536/(K/n) + 1: x/(K/n) == (x*sinv) >> 16 exactly for x < 256 */
     bool wsl8;       /* split mode: the slice width K/n is a multiple of 8 */
@@ -1221,23 +1223,33 @@ template <int KP, size_t STAGE> struct SeqStageHead {
     }
 };
 
-template <int KP, int BV> struct StateFastSmem {
+/* CTPO > 0: the state pass also makes the output (CTPO = Ctp token rows a chunk), o = (scale e^G q) h
+ * + P Delta for its V tile, which saves k_output's reads of h and Delta (and, with !P.keep_hd, the
+ * writes of both); each stage then holds the chunk's q and P too. */
+template <int KP, int BV, int CTPO> struct StateFastSmem {
     static constexpr int LDK = KP + 8, LDS = BV + 8;
-    static constexpr size_t STAGE = 256 + 2 * (size_t)64 * LDK * 2 + (size_t)64 * LDS * 2;
+    static constexpr size_t STAGE =
+        256 + 2 * (size_t)64 * LDK * 2 + (size_t)64 * LDS * 2 + (size_t)CTPO * LDK * 2 + (size_t)CTPO * LDT * 2;
     static constexpr size_t bytes(int ns) { return ns * STAGE + (size_t)KP * LDS * 2; }
 };
 
-template <int KP, int BV, int NS> __global__ void __launch_bounds__(NTHREADS, BV == 128 ? 1 : 2) k_state_fast(Params P) {
-    using SM = StateFastSmem<KP, BV>;
+template <int KP, int BV, int NS, int CTPO>
+__global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_fast(Params P) {
+    using SM = StateFastSmem<KP, BV, CTPO>;
     using TL = SeqTiles<KP, BV>;
     constexpr int LDK = SM::LDK, LDS = SM::LDS;
+    /* output tiles: CTPO x BV over the eight warps, MO row tiles, NO n8 tiles a warp */
+    constexpr int MO = CTPO / 16 > 0 ? CTPO / 16 : 1, NO = CTPO ? BV / 8 / (8 / MO) : 2;
     extern __shared__ __align__(16) char smem[];
     const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H;
-    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, warp = threadIdx.x >> 5;
+    const int mo = (warp % MO) * 16, no = (warp / MO) * (NO * 8);
     const TL tl;
     bf16_t *Sop = (bf16_t *)(smem + NS * SM::STAGE);
     const SeqStageHead<KP, SM::STAGE> hd{smem};
     auto Ub = [&](int b) { return hd.after(b); };
+    auto Qb = [&](int b) { return Ub(b) + 64 * LDS; };
+    auto Pb = [&](int b) { return Qb(b) + CTPO * LDK; };
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float S[TL::NT2][4];
     frag_load_state(S, P.h0, P, st0, v0, tl.m2, tl.n2);
@@ -1247,37 +1259,65 @@ template <int KP, int BV, int NS> __global__ void __launch_bounds__(NTHREADS, BV
         const int64_t ch = (int64_t)ci * P.H + h;
         hd.prefetch(P, ch, b);
         cp_tile16<64, BV>(Ub(b), LDS, (const bf16_t *)P.U + ch * P.sU + v0, P.VP);
+        if (CTPO) {
+            const GdpChunkInfo ck = P.chunk[ci];
+            cp_token_rows<CTPO, KP>(Qb(b), LDK, (const bf16_t *)P.q + ((int64_t)ck.tok0 * P.H + h) * KP, (int64_t)P.H * KP, ck.ct);
+            cp_tile16<CTPO, 64>(Pb(b), LDT, (const bf16_t *)P.P + ch * P.sP, 64);
+        }
     };
 #pragma unroll
     for (int i = 0; i < NS - 1; i++) {
         if (cbeg + i < cend) prefetch(cbeg + i, i);
         cp_commit();
     }
-    int ct_next = cbeg < cend ? P.chunk[cbeg].ct : 0;
+    GdpChunkInfo ck_next = cbeg < cend ? P.chunk[cbeg] : GdpChunkInfo{0, 0, 0, 0};
     for (int ci = cbeg; ci < cend; ci++) {
-        const int it = ci - cbeg, b = it % NS, ct = ct_next;
-        if (ci + 1 < cend) ct_next = P.chunk[ci + 1].ct;
+        const int it = ci - cbeg, b = it % NS;
+        const GdpChunkInfo ck = ck_next;
+        if (ci + 1 < cend) ck_next = P.chunk[ci + 1];
         cp_wait<NS - 2>();
         __syncthreads(); /* chunk ci's tiles and Sop are visible; buffer (it-1)%NS is free */
         if (ci + NS - 1 < cend) prefetch(ci + NS - 1, (it + NS - 1) % NS);
         cp_commit();
         const int64_t ch = (int64_t)ci * P.H + h;
         bf16_t *U = Ub(b);
-        const float gL = __expf(hd.G(b)[ct - 1]);
-        store_tile16<KP, BV>((bf16_t *)P.h + ch * P.sH + v0, P.VP, Sop, LDS);
-        float D[TL::NT1][4];
-        frag_zero(D);
-        warp_mma<TL::NT1, false>(D, hd.W(b), LDK, Sop, LDS, KP, tl.m1, tl.n1);
+        const float gL = __expf(hd.G(b)[ck.ct - 1]);
+        if (!CTPO || P.keep_hd) store_tile16<KP, BV>((bf16_t *)P.h + ch * P.sH + v0, P.VP, Sop, LDS);
+        {
+            float D[TL::NT1][4];
+            frag_zero(D);
+            warp_mma<TL::NT1, false>(D, hd.W(b), LDK, Sop, LDS, KP, tl.m1, tl.n1);
 #pragma unroll
-        for (int nt = 0; nt < TL::NT1; nt++)
+            for (int nt = 0; nt < TL::NT1; nt++)
 #pragma unroll
-            for (int hh = 0; hh < 2; hh++) { /* Delta = U - W h, in place of U */
-                __nv_bfloat162 *pu = (__nv_bfloat162 *)(U + (tl.m1 + g + hh * 8) * LDS + tl.n1 + nt * 8 + 2 * tq);
-                const float2 u = __bfloat1622float2(*pu);
-                *pu = __floats2bfloat162_rn(u.x - D[nt][hh * 2], u.y - D[nt][hh * 2 + 1]);
-            }
+                for (int hh = 0; hh < 2; hh++) { /* Delta = U - W h, in place of U */
+                    __nv_bfloat162 *pu = (__nv_bfloat162 *)(U + (tl.m1 + g + hh * 8) * LDS + tl.n1 + nt * 8 + 2 * tq);
+                    const float2 u = __bfloat1622float2(*pu);
+                    *pu = __floats2bfloat162_rn(u.x - D[nt][hh * 2], u.y - D[nt][hh * 2 + 1]);
+                }
+        }
+        float O[NO][4];
+        if (CTPO) { /* q h, scaled by row: h (Sop) is overwritten only after the barrier below */
+            frag_zero(O);
+            warp_mma<NO, false>(O, Qb(b), LDK, Sop, LDS, KP, mo, no);
+            const float *G = hd.G(b);
+            frag_each(O, mo, no, [&](int t, int, float &v) { v *= t < ck.ct ? P.scale * __expf(G[t]) : 0.f; });
+        }
         __syncthreads();
-        store_tile16<64, BV>((bf16_t *)P.D + ch * P.sD + v0, P.VP, U, LDS);
+        if (!CTPO || P.keep_hd) store_tile16<64, BV>((bf16_t *)P.D + ch * P.sD + v0, P.VP, U, LDS);
+        if (CTPO) { /* + P Delta, then o's rows t < ct */
+            warp_mma<NO, false>(O, Pb(b), LDT, U, LDS, 64, mo, no);
+            bf16_t *og = (bf16_t *)P.o + ((int64_t)ck.tok0 * P.H + h) * P.V + v0;
+#pragma unroll
+            for (int nt = 0; nt < NO; nt++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int t = mo + g + hh * 8;
+                    if (t < ck.ct)
+                        *(__nv_bfloat162 *)(og + (int64_t)t * P.H * P.V + no + nt * 8 + 2 * tq) =
+                            __floats2bfloat162_rn(O[nt][hh * 2], O[nt][hh * 2 + 1]);
+                }
+        }
 #pragma unroll
         for (int i = 0; i < TL::NT2 * 4; i++) S[i >> 2][i & 3] *= gL;
         warp_mma<TL::NT2, true>(S, hd.Kwd(b), LDK, U, LDS, 64, tl.m2, tl.n2);
@@ -2594,16 +2634,28 @@ template <typename IT> static bool use_fast(const char *part) {
     return std::is_same<IT, __nv_bfloat16>::value && !generic_part(part);
 }
 template <typename IT> static bool use_fast_seq() { return use_fast<IT>("seq"); }
-static void (*state_fast_kernel(int KP, int bv, int ns))(Params) {
+/* ctpo: 0, or the token rows of the output that the state pass makes (ns 2; bv 128, or bv 64 with
+ * ctpo >= 32) */
+static void (*state_fast_kernel(int KP, int bv, int ns, int ctpo))(Params) {
 #define GDP_SF(kp, b)                                                                   \
-    if (KP == kp && bv == b) return ns == 3 ? k_state_fast<kp, b, 3> : k_state_fast<kp, b, 2>;
+    if (KP == kp && bv == b && !ctpo) return ns == 3 ? k_state_fast<kp, b, 3, 0> : k_state_fast<kp, b, 2, 0>;
     GDP_SF(128, 128) GDP_SF(128, 64) GDP_SF(128, 32) GDP_SF(64, 128) GDP_SF(64, 64) GDP_SF(64, 32)
 #undef GDP_SF
+#define GDP_SO(kp, b, c) \
+    if (KP == kp && bv == b && ns == 2 && ctpo == c) return k_state_fast<kp, b, 2, c>;
+    GDP_SO(128, 128, 16) GDP_SO(128, 128, 32) GDP_SO(128, 128, 64) GDP_SO(64, 128, 16) GDP_SO(64, 128, 32) GDP_SO(64, 128, 64)
+    GDP_SO(128, 64, 32) GDP_SO(128, 64, 64) GDP_SO(64, 64, 32) GDP_SO(64, 64, 64)
+#undef GDP_SO
     return nullptr;
 }
-static size_t state_fast_smem(int KP, int bv, int ns) {
-    if (KP == 128) return bv == 128 ? StateFastSmem<128, 128>::bytes(ns) : bv == 64 ? StateFastSmem<128, 64>::bytes(ns) : StateFastSmem<128, 32>::bytes(ns);
-    return bv == 128 ? StateFastSmem<64, 128>::bytes(ns) : bv == 64 ? StateFastSmem<64, 64>::bytes(ns) : StateFastSmem<64, 32>::bytes(ns);
+static size_t state_fast_smem(int KP, int bv, int ns, int ctpo) {
+#define GDP_SS(kp, b, c) \
+    if (KP == kp && bv == b && ctpo == c) return StateFastSmem<kp, b, c>::bytes(ns);
+    GDP_SS(128, 128, 0) GDP_SS(128, 64, 0) GDP_SS(128, 32, 0) GDP_SS(64, 128, 0) GDP_SS(64, 64, 0) GDP_SS(64, 32, 0)
+    GDP_SS(128, 128, 16) GDP_SS(128, 128, 32) GDP_SS(128, 128, 64) GDP_SS(64, 128, 16) GDP_SS(64, 128, 32) GDP_SS(64, 128, 64)
+    GDP_SS(128, 64, 32) GDP_SS(128, 64, 64) GDP_SS(64, 64, 32) GDP_SS(64, 64, 64)
+#undef GDP_SS
+    return 0;
 }
 static void (*dh_fast_kernel(int KP, int bv, int ctp))(Params) {
 #define GDP_DF(kp, b)                                                                                        \
@@ -2743,8 +2795,8 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
                                                   int limit) {
     const int ns = env_on("GDP_STATE_NS3") ? 3 : 2, cands[3] = {128, 64, 32};
     const int fast_bv = use_fast_seq<IT>() ? pick_fast_bv(
-                                                 pl, "GDP_BV_STATE", cands, 3, [&](int b) { return state_fast_kernel(pl.KP, b, ns); },
-                                                 [&](int b) { return state_fast_smem(pl.KP, b, ns); })
+                                                 pl, "GDP_BV_STATE", cands, 3, [&](int b) { return state_fast_kernel(pl.KP, b, ns, 0); },
+                                                 [&](int b) { return state_fast_smem(pl.KP, b, ns, 0); })
                                            : 0;
     /* The fused state + output pass exists only as a generic kernel: where the fast state kernel
      * runs, it and k_output are faster (H200, B 2, T 8192, H 16, n 2: fused k_state 1.262 ms against
@@ -2771,8 +2823,20 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
         LAUNCH(k_prep<IT>, dim3(P.NCmax, P.H), PrepSmem<IT>::carve(nullptr, nullptr));
     if (fast_bv) {
         P.bv = fast_bv;
-        return launch(who, "k_state_fast", state_fast_kernel(pl.KP, fast_bv, ns), dim3(P.N * P.H, pl.VP / fast_bv),
-                      state_fast_smem(pl.KP, fast_bv, ns), st, P);
+        /* A forward's fast state pass makes the output too (P.fast_out; the caller then launches no
+         * k_output) at bv 128, and at bv 64 where its CTAs fit one an SM (the output's q and P tiles
+         * take the shared memory that a second CTA had); whole 16-byte rows of q and o. H200, H 16,
+         * n_h 2: forward 0.857 -> 0.722 ms (k_output took 0.21). */
+        const long ctas = (long)P.N * P.H * (pl.VP / fast_bv);
+        const bool out_here = P.o && pl.K == pl.KP && pl.V == pl.VP && P.veck && P.vecv && !generic_part("output") &&
+                              (fast_bv == 128 || ctas <= device_attr(cudaDevAttrMultiProcessorCount, 132));
+        const int ctpo = out_here && state_fast_kernel(pl.KP, fast_bv, ns, pl.Ctp) &&
+                                 state_fast_smem(pl.KP, fast_bv, ns, pl.Ctp) <= (size_t)limit
+                             ? pl.Ctp
+                             : 0;
+        P.fast_out = ctpo != 0;
+        return launch(who, "k_state_fast", state_fast_kernel(pl.KP, fast_bv, ns, ctpo), dim3(P.N * P.H, pl.VP / fast_bv),
+                      state_fast_smem(pl.KP, fast_bv, ns, ctpo), st, P);
     }
     LAUNCH(k_state<IT>, dim3(P.N * P.H, (P.VP + P.bv - 1) / P.bv), ss);
     return GDP_OK;
@@ -2818,10 +2882,11 @@ template <typename IT> static GdpStatus forward_impl(const GdpDesc *d, const Gdp
      * at n 1), and with it a forward's o would round differently from a saving forward's, which must
      * keep h and Delta, so training with and without selective recomputation would part ways. */
     P.fuse_out = !a->saved && env_on("GDP_FUSED_OUTPUT");
+    P.keep_hd = a->saved != nullptr;
     const int limit = max_smem_optin();
     GdpStatus s = run_front<IT>(who, pl, P, st, limit);
     if (s != GDP_OK) return s;
-    if (!P.fuse_out) LAUNCH(k_output<IT>, dim3(P.NCmax, P.H, P.nvt), OutSmem<IT>::carve(nullptr, pl.Ctp, nullptr));
+    if (!P.fuse_out && !P.fast_out) LAUNCH(k_output<IT>, dim3(P.NCmax, P.H, P.nvt), OutSmem<IT>::carve(nullptr, pl.Ctp, nullptr));
     return GDP_OK;
 }
 

@@ -505,10 +505,10 @@ GPU_TEST(backward_is_deterministic) {
 /* Every random shape in both dtypes: a backward that reuses a saved forward gives the gradients
  * of one that recomputes, bit for bit (the same kernels on the same inputs), and o and ht are the
  * same too. Only under GDP_FUSED_OUTPUT=1, which a saving forward ignores, o may round otherwise. */
-GPU_TEST(saved_forward_matches_recompute) {
-    for (size_t i = 0; i < GDP_ARRAY_LEN(rand_cases); i++) {
+static void saved_vs_plain(int *failures, const RandCase *cases, size_t ncases, uint64_t seed0) {
+    for (size_t i = 0; i < ncases; i++) {
         RandData r;
-        rand_make(&rand_cases[i], 1000 + i, &r);
+        rand_make(&cases[i], seed0 + i, &r);
         for (int di = 0; di < 2; di++) {
             GdpDesc d = r.d;
             d.dtype = di ? GDP_BF16 : GDP_F32;
@@ -537,6 +537,31 @@ GPU_TEST(saved_forward_matches_recompute) {
         }
         rand_free(&r);
     }
+}
+GPU_TEST(saved_forward_matches_recompute) { saved_vs_plain(failures, rand_cases, GDP_ARRAY_LEN(rand_cases), 1000); }
+
+/* The fast state pass makes o itself (no k_output) at V tile 128, and at 64 where its CTAs fit one
+ * an SM; the tile picker takes 128 only for many heads (H 16 at B 8), so these shapes force each:
+ * against the CPU f64 path, and saving against plain forwards (h and Delta are then stored too; o
+ * must not change). V 100 and K 100 (padded tiles) must take k_output instead. */
+GPU_TEST(state_pass_output) {
+    static const RandCase cs[] = {
+        /* mode, B, T, H, K, V, n, gate, h0, nseq */
+        {GDP_MODE_HOUSEHOLDER, 2, 300, 2, 128, 128, 2, 1, 1, 0},
+        {GDP_MODE_HOUSEHOLDER, 1, 1000, 1, 64, 128, 1, 1, 1, 3},
+        {GDP_MODE_HOUSEHOLDER, 1, 300, 1, 128, 256, 3, 1, 0, 0},
+        {GDP_MODE_HOUSEHOLDER, 1, 200, 1, 128, 128, 4, 0, 1, 0},
+        {GDP_MODE_SPLIT, 1, 200, 2, 128, 128, 2, 1, 1, 2},
+        {GDP_MODE_HOUSEHOLDER, 2, 65, 1, 128, 100, 1, 1, 1, 0},
+        {GDP_MODE_SPLIT, 1, 65, 1, 100, 128, 2, 1, 0, 0},
+    };
+    static const char *const bvs[2] = {"128", "64"};
+    for (int b = 0; b < 2; b++) {
+        setenv("GDP_BV_STATE", bvs[b], 1);
+        for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) random_case(failures, &cs[i], 3000 + i);
+        saved_vs_plain(failures, cs, GDP_ARRAY_LEN(cs), 3000);
+    }
+    unsetenv("GDP_BV_STATE");
 }
 
 GPU_TEST(error_paths) {
@@ -588,10 +613,14 @@ static int sanitize_main(void) {
         {GDP_MODE_SPLIT, 1, 40, 1, 64, 32, 2, 1, 1, 0},
         {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 64, 2, 1, 1, 2}, /* the bf16 fast kernels */
         {GDP_MODE_SPLIT, 1, 50, 1, 128, 64, 2, 1, 1, 0},       /* the same, split mode */
+        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 2, 1, 1, 2}, /* o made by the state pass, V tile 64 */
+        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, /* the same at V tile 128 */
     };
+    const char *const bv_state[GDP_ARRAY_LEN(cs)] = {NULL, NULL, NULL, NULL, "64", "128"};
     for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) {
         RandData r;
         rand_make(&cs[i], 9 + i, &r);
+        if (bv_state[i]) setenv("GDP_BV_STATE", bv_state[i], 1);
         for (int di = 0; di < 2; di++) {
             GdpDesc d = r.d;
             d.dtype = di ? GDP_BF16 : GDP_F32;
@@ -603,6 +632,7 @@ static int sanitize_main(void) {
         }
         rand_free(&r);
     }
+    unsetenv("GDP_BV_STATE");
     printf("sanitize run: %s\n", failures ? "FAILED" : "done");
     return failures ? 1 : 0;
 }
