@@ -8,7 +8,8 @@
  *                     substitutions + block merges, fp32), W, U, Kwd, P
  *          3 state    sequential per (sequence, head, V tile): h, Delta = U - W h,
  *                     S <- e^{G_last} S + Kwd^T Delta
- *          4 output   per chunk: o = (scale e^G q) h + P Delta
+ *          4 output   per chunk: o = (scale e^G q) h + P Delta (the fast state pass makes it
+ *                     itself at V tile 128, or 64 with one CTA an SM, and k_output is not run)
  * Backward 2, 3 again (recompute), then
  *          5 dh       sequential in reverse: dDelta = P^T dO + Kwd dS,
  *                     dS <- e^{G_last} dS + (scale e^G q)^T dO - W^T dDelta
@@ -2798,9 +2799,9 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
                                                  pl, "GDP_BV_STATE", cands, 3, [&](int b) { return state_fast_kernel(pl.KP, b, ns, 0); },
                                                  [&](int b) { return state_fast_smem(pl.KP, b, ns, 0); })
                                            : 0;
-    /* The fused state + output pass exists only as a generic kernel: where the fast state kernel
-     * runs, it and k_output are faster (H200, B 2, T 8192, H 16, n 2: fused k_state 1.262 ms against
-     * k_state_fast 0.412 + k_output about 0.21). */
+    /* The generic state pass's fused output (GDP_FUSED_OUTPUT) is never taken where the fast state
+     * kernel runs: that one makes o itself where its tile allows (below), and else it and k_output
+     * beat the generic fusion (H200, B 2, T 8192, H 16, n 2: 1.262 ms against 0.412 + about 0.21). */
     if (fast_bv) P.fuse_out = false;
     if (P.fuse_out && (!pick_bv<IT>(pl, false, true, k_state<IT>, P.bv, P.nst) || P.nst != 2)) P.fuse_out = false;
     if (!P.fuse_out && !pick_bv<IT>(pl, false, false, k_state<IT>, P.bv, P.nst))
