@@ -379,36 +379,32 @@ template <typename IT> __device__ void load_gates(const Params &P, const ChunkCt
  * memory serves two products (the merges are bound by shared-memory loads). Z_IJ lives in Tf's
  * block (J, I) above the diagonal, which T never uses; it is one fp32 sum in ascending m, carried
  * through shared memory from one term M to the next. */
-__device__ __forceinline__ void solve_z_term(const float *Af, float *Tf, int I, int J, int M, int pc) {
-    const int r = (pc >> 3) * 2, cc = (pc & 7) * 2;
-    const float *a0 = Af + (16 * I + r) * LDA + 16 * M, *a1 = a0 + LDA, *tc = Tf + 16 * M * LDA + 16 * J + cc;
-    float *z = Tf + (16 * J + r) * LDA + 16 * I + cc;
-    float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
-    if (M != J) s00 = z[0], s01 = z[1], s10 = z[LDA], s11 = z[LDA + 1];
+/* s += the 2 x 2 product of rows x, x + LDA (16 entries each) and the 16 x 2 column pair at y
+ * (rows LDA apart), in ascending m */
+__device__ __forceinline__ void mac_piece16(const float *x, const float *y, float (&s)[4]) {
 #pragma unroll
     for (int m = 0; m < 16; m++) {
-        const float x0 = a0[m], x1 = a1[m], y0 = tc[m * LDA], y1 = tc[m * LDA + 1];
-        s00 += x0 * y0;
-        s01 += x0 * y1;
-        s10 += x1 * y0;
-        s11 += x1 * y1;
+        const float x0 = x[m], x1 = x[LDA + m], y0 = y[m * LDA], y1 = y[m * LDA + 1];
+        s[0] += x0 * y0;
+        s[1] += x0 * y1;
+        s[2] += x1 * y0;
+        s[3] += x1 * y1;
     }
-    z[0] = s00, z[1] = s01, z[LDA] = s10, z[LDA + 1] = s11;
+}
+__device__ __forceinline__ void solve_z_term(const float *Af, float *Tf, int I, int J, int M, int pc) {
+    const int r = (pc >> 3) * 2, cc = (pc & 7) * 2;
+    float *z = Tf + (16 * J + r) * LDA + 16 * I + cc;
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
+    if (M != J) s[0] = z[0], s[1] = z[1], s[2] = z[LDA], s[3] = z[LDA + 1];
+    mac_piece16(Af + (16 * I + r) * LDA + 16 * M, Tf + 16 * M * LDA + 16 * J + cc, s);
+    z[0] = s[0], z[1] = s[1], z[LDA] = s[2], z[LDA + 1] = s[3];
 }
 __device__ __forceinline__ void solve_t_block(float *Tf, int I, int J, int pc) {
     const int r = (pc >> 3) * 2, cc = (pc & 7) * 2;
-    const float *t0 = Tf + (16 * I + r) * LDA + 16 * I, *t1 = t0 + LDA, *z = Tf + 16 * J * LDA + 16 * I + cc;
-    float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
-#pragma unroll
-    for (int m = 0; m < 16; m++) {
-        const float x0 = t0[m], x1 = t1[m], y0 = z[m * LDA], y1 = z[m * LDA + 1];
-        s00 += x0 * y0;
-        s01 += x0 * y1;
-        s10 += x1 * y0;
-        s11 += x1 * y1;
-    }
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
+    mac_piece16(Tf + (16 * I + r) * LDA + 16 * I, Tf + 16 * J * LDA + 16 * I + cc, s);
     float *o = Tf + (16 * I + r) * LDA + 16 * J + cc;
-    o[0] = -s00, o[1] = -s01, o[LDA] = -s10, o[LDA + 1] = -s11;
+    o[0] = -s[0], o[1] = -s[1], o[LDA] = -s[2], o[LDA + 1] = -s[3];
 }
 
 /* After A (fp32, finished and visible to the block, strictly "earlier" entries only) is in Af:
