@@ -374,11 +374,6 @@ template <typename IT> __device__ void load_gates(const Params &P, const ChunkCt
     for (int p = threadIdx.x; p < 64; p += blockDim.x) br[p] = p < c.lc ? beta_at<IT>(P, c.tok0, c.h, p) : 0.f;
 }
 
-/* Pieces of the block substitution, T_IJ = -T_II Z_IJ with Z_IJ = sum_{M=J}^{I-1} A_IM T_MJ: a thread
- * makes a 2 x 2 piece (pc: 8 x 8 pieces of a 16 x 16 block), so each operand read from shared
- * memory serves two products (the merges are bound by shared-memory loads). Z_IJ lives in Tf's
- * block (J, I) above the diagonal, which T never uses; it is one fp32 sum in ascending m, carried
- * through shared memory from one term M to the next. */
 /* s += the 2 x 2 product of rows x, x + LDA (16 entries each) and the 16 x 2 column pair at y
  * (rows LDA apart), in ascending m */
 __device__ __forceinline__ void mac_piece16(const float *x, const float *y, float (&s)[4]) {
@@ -391,6 +386,11 @@ __device__ __forceinline__ void mac_piece16(const float *x, const float *y, floa
         s[3] += x1 * y1;
     }
 }
+/* Pieces of the block substitution, T_IJ = -T_II Z_IJ with Z_IJ = sum_{M=J}^{I-1} A_IM T_MJ: a thread
+ * makes a 2 x 2 piece (pc: 8 x 8 pieces of a 16 x 16 block), so each operand read from shared
+ * memory serves two products (the merges are bound by shared-memory loads). Z_IJ lives in Tf's
+ * block (J, I) above the diagonal, which T never uses; it is one fp32 sum in ascending m, carried
+ * through shared memory from one term M to the next. */
 __device__ __forceinline__ void solve_z_term(const float *Af, float *Tf, int I, int J, int M, int pc) {
     const int r = (pc >> 3) * 2, cc = (pc & 7) * 2;
     float *z = Tf + (16 * J + r) * LDA + 16 * I + cc;
@@ -2676,8 +2676,9 @@ static size_t dh_fast_smem(int KP, int bv, int ctp) {
  * ceil(CTAs / SMs) * bv columns, then the widest (each CTA loads the whole W and Kwd, so narrower
  * tiles load them more often). Measured at H 6, n 2: state bv 64 (96 CTAs) beat bv 32 (192), dh
  * bv 64 beat bv 32; at H 16 (B 8) state bv 128 (128 CTAs, one an SM) beat bv 64 (256 CTAs, two
- * an SM), 0.236 against 0.290 ms at n 2: a third fewer bytes a step, and the pass is bound by them. bv is the environment's GDP_BV_STATE / GDP_BV_DH when set and available.
- * 0 when no candidate has a kernel that fits. */
+ * an SM), 0.236 against 0.290 ms at n 2: a third fewer bytes a step, and the pass is bound by them.
+ * bv is the environment's GDP_BV_STATE / GDP_BV_DH when set and available; 0 when no candidate
+ * has a kernel that fits. */
 template <class KernOf, class SmemOf>
 static int pick_fast_bv(const GdpPlan &pl, const char *env, const int *cands, int ncand, KernOf kern_of, SmemOf smem_of) {
     const int nsm = device_attr(cudaDevAttrMultiProcessorCount, 132), limit = max_smem_optin();
@@ -2825,7 +2826,7 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
          * take the shared memory that a second CTA had); whole 16-byte rows of q and o. H200, H 16,
          * n_h 2: forward 0.857 -> 0.722 ms (k_output took 0.21). */
         const long ctas = (long)P.N * P.H * (pl.VP / fast_bv);
-        const bool out_here = P.o && pl.K == pl.KP && pl.V == pl.VP && P.veck && P.vecv && !generic_part("output") &&
+        const bool out_here = P.o && fast_shape(pl, P) && !generic_part("output") &&
                               (fast_bv == 128 || ctas <= device_attr(cudaDevAttrMultiProcessorCount, 132));
         const int ctpo = out_here && state_fast_kernel(pl.KP, fast_bv, ns, pl.Ctp) &&
                                  state_fast_smem(pl.KP, fast_bv, ns, pl.Ctp) <= (size_t)limit
