@@ -1727,6 +1727,152 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
     }
 }
 
+/* ---------------------------------------------------------------- 6c. bwd_a over the whole K of 128 */
+/* k_bwd_a_fast runs one CTA a (chunk, K tile), so at K 128 each chunk's dO, Delta and dDelta
+ * (40 KB at V 128, n_h 2) are read twice. Here one CTA takes both K tiles: dO, D and dD of the
+ * first stay in shared memory for the second, and only h and dh stream per (K tile, V tile);
+ * q and K_w are loaded once for the whole K. dW, dK_w and dq leave straight from the fragments.
+ * Bytes a chunk at H 16, n_h 2: ~168 KB against ~208. The products and their order per K tile are
+ * k_bwd_a_fast's; dS (the dO D^T part) is made once, in the first K tile's epilogue. Shared memory
+ * fits two CTAs an SM at 16 and 32 chunk tokens. Requires K == KP == 128, V == VP <= 128. */
+template <int CTP> struct BwdAKresSmem {
+    static constexpr int KP = 128, LDK = KP + 8, VMAX = 128, LDV = VMAX + 8;
+    static constexpr int QW = CTP == 16 ? 16 : 32, QCT = 64 / QW; /* as BwdAFastSmem */
+    static constexpr int NSCAL = 3 * 64 + 8 + 2 * 128 + 128;    /* Gs, rowf, qf; red; pst, pga; pq */
+    static constexpr int STAGE = 2 * 64 * LDT;                    /* h and dh of one (K, V) tile */
+    static constexpr size_t BYTES = NSCAL * 4 + 2 * ((size_t)(2 * 64 + CTP) * LDV + (size_t)(CTP + 64) * LDK + 2 * STAGE + CTP * LDT);
+};
+
+template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_kres(Params P) {
+    using SM = BwdAKresSmem<CTP>;
+    constexpr int QW = SM::QW, NTQ = QW / 8, QCT = SM::QCT, LDK = SM::LDK, LDV = SM::LDV;
+    constexpr bool QSPLIT = (CTP / 16) * QCT == 4;
+    extern __shared__ __align__(16) char smem[];
+    ChunkCtx c;
+    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    const int ct = c.ct, lc = c.lc, nvt = P.nvt, NS = 2 * nvt;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    float *Gs = (float *)smem, *rowf = Gs + 64, *qf = rowf + 64, *red = qf + 64, *pst = red + 8, *pga = pst + 128,
+          *pq = pga + 128;
+    bf16_t *Dr = (bf16_t *)(smem + SM::NSCAL * 4), *dDr = Dr + 64 * LDV, *dOr = dDr + 64 * LDV;
+    bf16_t *Qs = dOr + CTP * LDV, *Kws = Qs + CTP * LDK, *stg = Kws + 64 * LDK, *dSs = stg + 2 * SM::STAGE;
+    const bf16_t *Dg = (const bf16_t *)P.D + c.ch * P.sD, *dDg = (const bf16_t *)P.dD + c.ch * P.sD;
+    const bf16_t *hg = (const bf16_t *)P.h + c.ch * P.sH, *dhg = (const bf16_t *)P.dh + c.ch * P.sH;
+    const bf16_t *dOg = (const bf16_t *)P.d_o + ((int64_t)c.tok0 * P.H + c.h) * P.V;
+    const int64_t ostride = (int64_t)P.H * P.V, qstride = (int64_t)P.H * P.K;
+    auto issue = [&](int step, int b) { /* step = K tile * nvt + V tile */
+        const int kt = step / nvt, v0 = (step - kt * nvt) * GDP_TILE;
+        bf16_t *Hs = stg + b * SM::STAGE;
+        const int64_t k0 = (int64_t)kt * GDP_TILE * P.VP;
+        if (kt == 0) {
+            cp_token_rows<CTP, 64>(dOr + v0, LDV, dOg + v0, ostride, ct);
+            cp_tile16<64, 64>(Dr + v0, LDV, Dg + v0, P.VP);
+            cp_tile16<64, 64>(dDr + v0, LDV, dDg + v0, P.VP);
+        }
+        cp_tile16<64, 64>(Hs, LDT, hg + k0 + v0, P.VP);
+        cp_tile16<64, 64>(Hs + 64 * LDT, LDT, dhg + k0 + v0, P.VP);
+        cp_commit();
+    };
+    if (tid < 16) cp_async16(Gs + tid * 4, P.G + c.ch * GDP_CHUNK + tid * 4);
+    cp_token_rows<CTP, 128>(Qs, LDK, (const bf16_t *)P.q + ((int64_t)c.tok0 * P.H + c.h) * P.K, qstride, ct);
+    cp_rows_of<64, 128>(Kws, LDK, [&](int r) { return krow<bf16_t>(P, c.tok0, c.h, r); }, lc);
+    issue(0, 0);
+    const int m1 = (warp >> 1) * 16, n1 = (warp & 1) * 32;
+    const bool qtile = !QSPLIT || warp < 4, ptile = !QSPLIT || warp >= 4;
+    const int qi = QSPLIT ? (warp & 3) : warp, mq = (qi / QCT) * 16, nq = (qi % QCT) * QW;
+    float aQ[NTQ][4], aP[NTQ][4], aK[4][4], aW[4][4];
+    frag_zero(aP);
+    float hdh = 0.f;
+    for (int step = 0; step < NS; step++) {
+        const int b = step & 1, kt = step / nvt, vt = step - kt * nvt, v0 = vt * GDP_TILE, c0 = kt * GDP_TILE;
+        issue_next_wait_this(step + 1 < NS, [&] { issue(step + 1, b ^ 1); });
+        __syncthreads();
+        if (step == 0 && tid < 64) { /* gate tables, read after the loop's barriers */
+            rowf[tid] = tid < lc ? __expf(Gs[ct - 1] - Gs[tokof(P, tid)]) : 0.f;
+            qf[tid] = tid < ct ? P.scale * expf(Gs[tid]) : 0.f;
+        }
+        if (vt == 0) {
+            frag_zero(aQ);
+            frag_zero(aK);
+            frag_zero(aW);
+            hdh = 0.f;
+        }
+        const bf16_t *dO = dOr + v0, *D = Dr + v0, *dD = dDr + v0, *Hs = stg + b * SM::STAGE, *dHs = Hs + 64 * LDT;
+        for_pieces16<64, 64>([&](int x, int y) {
+            float hv[8], dv[8];
+            ld8(hv, Hs + x * LDT + y);
+            ld8(dv, dHs + x * LDT + y);
+#pragma unroll
+            for (int j = 0; j < 8; j++) hdh += hv[j] * dv[j];
+        });
+        if (qtile) warp_mma<NTQ, false, true>(aQ, dO, LDV, Hs, LDT, GDP_TILE, mq, nq);
+        warp_mma<4, false, true>(aK, D, LDV, dHs, LDT, GDP_TILE, m1, n1);
+        warp_mma<4, false, true>(aW, dD, LDV, Hs, LDT, GDP_TILE, m1, n1);
+        if (kt == 0 && ptile) warp_mma<NTQ, false, true>(aP, dO, LDV, D, LDV, GDP_TILE, mq, nq);
+        __syncthreads();
+        if (vt + 1 < nvt) continue;
+        /* the epilogue of K tile kt */
+        if (kt == 0) {
+            if (P.mode == GDP_MODE_SPLIT) {
+                split_keys<bf16_t>(P, c, Kws, LDK, (bf16_t *)nullptr, 0, 0, 128, true);
+                __syncthreads();
+            }
+            if (ptile) {
+                frag_each(aP, mq, nq, [&](int t, int s, float &v) {
+                    const int ts = tokof(P, s);
+                    v = t < ct && s < lc && ts <= t ? P.scale * __expf(Gs[t] - Gs[ts]) * v : 0.f;
+                });
+                frag_store_bf16(aP, dSs, LDT, mq, nq);
+            }
+        }
+        frag_each(aK, m1, n1, [&](int r, int, float &v) { v = r < lc ? rowf[r] * v : 0.f; });
+        frag_rowdot(aK, Kws + c0, LDK, m1, n1, pst, 2);
+        frag_each(aW, m1, n1, [&](int, int, float &v) { v = -v; });
+        frag_store_bf16(aW, (bf16_t *)P.dW + c.ch * P.sW + c0, P.KP, m1, n1);
+        if (qtile) frag_each(aQ, mq, nq, [&](int r, int, float &v) { v = r < ct ? qf[r] * v : 0.f; });
+        hdh = warp_sum(hdh);
+        if (lane == 0) red[warp] = hdh;
+        __syncthreads(); /* dS, red */
+        if (qtile) { /* dQ = scale gamma dO h^T + dS Kw */
+            warp_mma<NTQ, false, false>(aQ, dSs, LDT, Kws + c0, LDK, GDP_TILE, mq, nq);
+            frag_rowdot(aQ, Qs + c0, LDK, mq, nq, pq, QCT);
+            const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+            for (int nt = 0; nt < NTQ; nt++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int t = mq + g + hh * 8;
+                    if (t < ct)
+                        *(__nv_bfloat162 *)((bf16_t *)P.dq + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.K + c0 + nq + nt * 8 +
+                                            2 * tq) = __floats2bfloat162_rn(aQ[nt][hh * 2], aQ[nt][hh * 2 + 1]);
+                }
+        }
+        warp_mma<4, true, false>(aK, dSs, LDT, Qs + c0, LDK, CTP, m1, n1); /* dK_w += dS^T q */
+        frag_rowdot(aK, Kws + c0, LDK, m1, n1, pga, 2);
+        frag_store_bf16(aK, (bf16_t *)P.dKw + c.ch * P.sW + c0, P.KP, m1, n1);
+        __syncthreads(); /* the row dots */
+        if (warp == 0) {
+            float ht = 0.f;
+            for (int i = 0; i < NTHREADS / 32; i++) ht += red[i];
+            auto stdr = [&](int i) { return i < lc ? pst[2 * i] + pst[2 * i + 1] : 0.f; };
+            const float sd = warp_sum(stdr(lane) + stdr(lane + 32)), gL = expf(Gs[ct - 1]);
+            float *out = P.dGa + (c.ch * P.nkt + kt) * GDP_CHUNK;
+            for (int i = lane; i < 64; i += 32) {
+                float val = -(pga[2 * i] + pga[2 * i + 1]);
+                const int t = tokof(P, i);
+                if (i == t * P.n && t < ct) {
+                    float qd = 0.f;
+#pragma unroll
+                    for (int j = 0; j < QCT; j++) qd += pq[t * QCT + j];
+                    val += qd;
+                }
+                if (i == (ct - 1) * P.n) val += gL * ht + sd;
+                out[i] = val;
+            }
+        }
+    }
+}
+
 /* dg for the chunk's tokens from the per-row gate gradients dGr[64]: per-token sums, then a reverse
  * inclusive scan over the tokens (warp 0). */
 __device__ void dg_scan(const Params &P, const ChunkCtx &c, const float *dGr) {
@@ -2721,6 +2867,13 @@ static size_t bwd_a_fast_smem(int ctp) {
     return ctp == 16 ? BwdAFastSmem<16>::BYTES : ctp == 32 ? BwdAFastSmem<32>::BYTES : BwdAFastSmem<64>::BYTES;
 }
 
+static void (*bwd_a_kres_kernel(int ctp))(Params) {
+    return ctp == 16 ? k_bwd_a_kres<16> : ctp == 32 ? k_bwd_a_kres<32> : ctp == 64 ? k_bwd_a_kres<64> : nullptr;
+}
+static size_t bwd_a_kres_smem(int ctp) {
+    return ctp == 16 ? BwdAKresSmem<16>::BYTES : ctp == 32 ? BwdAKresSmem<32>::BYTES : BwdAKresSmem<64>::BYTES;
+}
+
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 static GdpStatus check_common(const char *who, const GdpDesc *d) {
@@ -2925,7 +3078,15 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
     s = launch_dh<IT>(who, pl, P, st);
     if (s != GDP_OK) return s;
     const bool fast_bwd = use_fast<IT>("bwd") && fast_shape(pl, P);
-    if (fast_bwd && bwd_a_fast_kernel(pl.Ctp)) {
+    /* the whole-K bwd_a at K 128 (V <= 128) where two CTAs fit an SM (16 and 32 chunk tokens);
+     * GDP_BWD_A=kres / tile forces one or the other where the shape allows */
+    const char *bwd_a_env = getenv("GDP_BWD_A");
+    const bool kres_shape = fast_bwd && pl.KP == 128 && P.nvt <= 2 && bwd_a_kres_smem(pl.Ctp) <= (size_t)limit;
+    const bool kres = kres_shape && (bwd_a_env ? !strcmp(bwd_a_env, "kres") : pl.Ctp <= 32);
+    if (kres) {
+        s = launch(who, "k_bwd_a_kres", bwd_a_kres_kernel(pl.Ctp), dim3(P.NCmax, P.H), bwd_a_kres_smem(pl.Ctp), st, P);
+        if (s != GDP_OK) return s;
+    } else if (fast_bwd && bwd_a_fast_kernel(pl.Ctp)) {
         s = launch(who, "k_bwd_a_fast", bwd_a_fast_kernel(pl.Ctp), dim3(P.NCmax, P.H, P.nkt), bwd_a_fast_smem(pl.Ctp), st, P);
         if (s != GDP_OK) return s;
     } else {

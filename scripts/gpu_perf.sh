@@ -24,7 +24,7 @@ if ! skip tests; then # the op's tests with the picked V tiles, then with each f
     # (the forward's fast state pass makes o itself at V tile 128, or 64 with one CTA an SM, else
     # k_output runs; GDP_FUSED_OUTPUT=1 fuses the output into the generic state pass where that runs:
     # GDP_GENERIC=seq or all, f32, shapes the fast kernels do not take)
-    for envs in "" "GDP_GENERIC=all" "GDP_FUSED_OUTPUT=1 GDP_GENERIC=all" "GDP_BV_DH=128 GDP_BV_STATE=128" "GDP_BV_DH=64 GDP_BV_STATE=64" "GDP_BV_DH=32 GDP_BV_STATE=32"; do
+    for envs in "" "GDP_GENERIC=all" "GDP_FUSED_OUTPUT=1 GDP_GENERIC=all" "GDP_BV_DH=128 GDP_BV_STATE=128" "GDP_BV_DH=64 GDP_BV_STATE=64" "GDP_BV_DH=32 GDP_BV_STATE=32" "GDP_BWD_A=tile"; do
         t=$(date +%s)
         env $envs timeout 150 build/tests/gpu/test_gpu_gdp > "$OUT/test_gdp.log" 2>&1
         r=$?; grep -E "FAIL" "$OUT/test_gdp.log" | head -8

@@ -564,6 +564,30 @@ GPU_TEST(state_pass_output) {
     unsetenv("GDP_BV_STATE");
 }
 
+/* bwd_a at K 128 runs one CTA over both K tiles (k_bwd_a_kres, picked at 16 and 32 chunk tokens)
+ * or one a K tile (k_bwd_a_fast); GDP_BWD_A forces each on shapes of every chunk width (n 1 to 4),
+ * V 64 and 128, both modes, varlen: against the CPU f64 path, and saving against plain forwards.
+ * V 256 must fall back to the tiled kernel. */
+GPU_TEST(bwd_a_whole_k) {
+    static const RandCase cs[] = {
+        /* mode, B, T, H, K, V, n, gate, h0, nseq */
+        {GDP_MODE_HOUSEHOLDER, 2, 300, 2, 128, 128, 2, 1, 1, 0},
+        {GDP_MODE_HOUSEHOLDER, 1, 500, 1, 128, 64, 1, 1, 1, 3},
+        {GDP_MODE_HOUSEHOLDER, 1, 300, 2, 128, 128, 3, 1, 0, 0},
+        {GDP_MODE_HOUSEHOLDER, 1, 200, 1, 128, 64, 4, 0, 1, 2},
+        {GDP_MODE_SPLIT, 1, 200, 2, 128, 128, 2, 1, 1, 2},
+        {GDP_MODE_SPLIT, 2, 70, 1, 128, 64, 4, 1, 0, 0},
+        {GDP_MODE_HOUSEHOLDER, 1, 130, 1, 128, 256, 2, 1, 1, 0},
+    };
+    static const char *const kinds[2] = {"kres", "tile"};
+    for (int k = 0; k < 2; k++) {
+        setenv("GDP_BWD_A", kinds[k], 1);
+        for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) random_case(failures, &cs[i], 5000 + i);
+        saved_vs_plain(failures, cs, GDP_ARRAY_LEN(cs), 5000);
+    }
+    unsetenv("GDP_BWD_A");
+}
+
 GPU_TEST(error_paths) {
     GdpDesc d = {0};
     d.mode = GDP_MODE_HOUSEHOLDER, d.B = 1, d.T = 8, d.H = 1, d.K = 300, d.V = 16, d.n = 1, d.dtype = GDP_BF16;
