@@ -1737,7 +1737,9 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
  * fits two CTAs an SM at 16 and 32 chunk tokens. Requires K == KP == 128, V == VP <= 128. */
 template <int CTP> struct BwdAKresSmem {
     static constexpr int KP = 128, LDK = KP + 8, VMAX = 128, LDV = VMAX + 8;
-    static constexpr int QW = CTP == 16 ? 16 : 32, QCT = 64 / QW; /* as BwdAFastSmem */
+    /* warp-tile width of the CTP x 64 products: 16 gives every warp a dq and a dS tile at 32 tokens
+     * (k_bwd_a_fast's 32 leaves four warps idle in the dq epilogue); 64 tokens need 32 (8 tiles) */
+    static constexpr int QW = CTP == 64 ? 32 : 16, QCT = 64 / QW;
     static constexpr int NSCAL = 3 * 64 + 8 + 2 * 128 + 128;    /* Gs, rowf, qf; red; pst, pga; pq */
     static constexpr int STAGE = 2 * 64 * LDT;                    /* h and dh of one (K, V) tile */
     static constexpr size_t BYTES = NSCAL * 4 + 2 * ((size_t)(2 * 64 + CTP) * LDV + (size_t)(CTP + 64) * LDK + 2 * STAGE + CTP * LDT);
@@ -1780,37 +1782,40 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_kres(P
     const int m1 = (warp >> 1) * 16, n1 = (warp & 1) * 32;
     const bool qtile = !QSPLIT || warp < 4, ptile = !QSPLIT || warp >= 4;
     const int qi = QSPLIT ? (warp & 3) : warp, mq = (qi / QCT) * 16, nq = (qi % QCT) * QW;
-    float aQ[NTQ][4], aP[NTQ][4], aK[4][4], aW[4][4];
+    float aP[NTQ][4];
     frag_zero(aP);
-    float hdh = 0.f;
-    for (int step = 0; step < NS; step++) {
-        const int b = step & 1, kt = step / nvt, vt = step - kt * nvt, v0 = vt * GDP_TILE, c0 = kt * GDP_TILE;
-        issue_next_wait_this(step + 1 < NS, [&] { issue(step + 1, b ^ 1); });
-        __syncthreads();
-        if (step == 0 && tid < 64) { /* gate tables, read after the loop's barriers */
-            rowf[tid] = tid < lc ? __expf(Gs[ct - 1] - Gs[tokof(P, tid)]) : 0.f;
-            qf[tid] = tid < ct ? P.scale * expf(Gs[tid]) : 0.f;
-        }
-        if (vt == 0) {
-            frag_zero(aQ);
-            frag_zero(aK);
-            frag_zero(aW);
-            hdh = 0.f;
-        }
-        const bf16_t *dO = dOr + v0, *D = Dr + v0, *dD = dDr + v0, *Hs = stg + b * SM::STAGE, *dHs = Hs + 64 * LDT;
-        for_pieces16<64, 64>([&](int x, int y) {
-            float hv[8], dv[8];
-            ld8(hv, Hs + x * LDT + y);
-            ld8(dv, dHs + x * LDT + y);
+    /* K tile kt (unrolled: the first K tile's extra work is resolved at compile time); its V tiles
+     * are the steps kt * nvt + vt */
 #pragma unroll
-            for (int j = 0; j < 8; j++) hdh += hv[j] * dv[j];
-        });
-        if (qtile) warp_mma<NTQ, false, true>(aQ, dO, LDV, Hs, LDT, GDP_TILE, mq, nq);
-        warp_mma<4, false, true>(aK, D, LDV, dHs, LDT, GDP_TILE, m1, n1);
-        warp_mma<4, false, true>(aW, dD, LDV, Hs, LDT, GDP_TILE, m1, n1);
-        if (kt == 0 && ptile) warp_mma<NTQ, false, true>(aP, dO, LDV, D, LDV, GDP_TILE, mq, nq);
-        __syncthreads();
-        if (vt + 1 < nvt) continue;
+    for (int kt = 0; kt < 2; kt++) {
+        const int c0 = kt * GDP_TILE;
+        float aQ[NTQ][4], aK[4][4], aW[4][4];
+        frag_zero(aQ);
+        frag_zero(aK);
+        frag_zero(aW);
+        float hdh = 0.f;
+        for (int vt = 0; vt < nvt; vt++) {
+            const int step = kt * nvt + vt, b = step & 1, v0 = vt * GDP_TILE;
+            issue_next_wait_this(step + 1 < NS, [&] { issue(step + 1, b ^ 1); });
+            __syncthreads();
+            if (kt == 0 && vt == 0 && tid < 64) { /* gate tables, read after the loop's barriers */
+                rowf[tid] = tid < lc ? __expf(Gs[ct - 1] - Gs[tokof(P, tid)]) : 0.f;
+                qf[tid] = tid < ct ? P.scale * expf(Gs[tid]) : 0.f;
+            }
+            const bf16_t *dO = dOr + v0, *D = Dr + v0, *dD = dDr + v0, *Hs = stg + b * SM::STAGE, *dHs = Hs + 64 * LDT;
+            for_pieces16<64, 64>([&](int x, int y) {
+                float hv[8], dv[8];
+                ld8(hv, Hs + x * LDT + y);
+                ld8(dv, dHs + x * LDT + y);
+#pragma unroll
+                for (int j = 0; j < 8; j++) hdh += hv[j] * dv[j];
+            });
+            if (qtile) warp_mma<NTQ, false, true>(aQ, dO, LDV, Hs, LDT, GDP_TILE, mq, nq);
+            warp_mma<4, false, true>(aK, D, LDV, dHs, LDT, GDP_TILE, m1, n1);
+            warp_mma<4, false, true>(aW, dD, LDV, Hs, LDT, GDP_TILE, m1, n1);
+            if (kt == 0 && ptile) warp_mma<NTQ, false, true>(aP, dO, LDV, D, LDV, GDP_TILE, mq, nq);
+            __syncthreads();
+        }
         /* the epilogue of K tile kt */
         if (kt == 0) {
             if (P.mode == GDP_MODE_SPLIT) {
