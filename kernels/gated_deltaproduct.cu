@@ -1601,6 +1601,32 @@ __device__ __forceinline__ void frag_rowdot(const float (&acc)[NT][4], const bf1
     quad_rows_out(s0, s1, m0, n0 / (8 * NT), part, nparts);
 }
 
+/* Warp 0: the gate parts of K tile kt's rows into dGa, from the per-warp <h, dh> sums (red), the
+ * row dots of the decay part of dK_w (pst) and of all of dK_w (pga) with K_w, two halves a row,
+ * and those of dQ with q (pq, QCT parts a token). */
+template <int QCT>
+__device__ __forceinline__ void bwd_a_gate_out(const Params &P, const ChunkCtx &c, int kt, const float *Gs,
+                                               const float *red, const float *pst, const float *pga, const float *pq) {
+    const int lane = threadIdx.x & 31, ct = c.ct, lc = c.lc;
+    float ht = 0.f;
+    for (int i = 0; i < NTHREADS / 32; i++) ht += red[i];
+    auto stdr = [&](int i) { return i < lc ? pst[2 * i] + pst[2 * i + 1] : 0.f; };
+    const float sd = warp_sum(stdr(lane) + stdr(lane + 32)), gL = expf(Gs[ct - 1]);
+    float *out = P.dGa + (c.ch * P.nkt + kt) * GDP_CHUNK;
+    for (int i = lane; i < 64; i += 32) {
+        float val = -(pga[2 * i] + pga[2 * i + 1]);
+        const int t = tokof(P, i);
+        if (i == t * P.n && t < ct) {
+            float qd = 0.f;
+#pragma unroll
+            for (int j = 0; j < QCT; j++) qd += pq[t * QCT + j];
+            val += qd;
+        }
+        if (i == (ct - 1) * P.n) val += gL * ht + sd;
+        out[i] = val;
+    }
+}
+
 template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(Params P) {
     using SM = BwdAFastSmem<CTP>;
     constexpr int QW = SM::QW, NTQ = QW / 8, QCT = SM::QCT;
@@ -1706,25 +1732,7 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
             *(uint4 *)((bf16_t *)P.dq + ((int64_t)(c.tok0 + t) * P.H + c.h) * P.K + c0 + x) = *(const uint4 *)(dQs + t * LDT + x);
     });
     store_tile16<64, 64>((bf16_t *)P.dKw + c.ch * P.sW + c0, P.KP, dKs, LDT);
-    if (warp == 0) {
-        float ht = 0.f;
-        for (int i = 0; i < NTHREADS / 32; i++) ht += red[i];
-        auto stdr = [&](int i) { return i < lc ? pst[2 * i] + pst[2 * i + 1] : 0.f; };
-        const float sd = warp_sum(stdr(lane) + stdr(lane + 32)), gL = expf(Gs[ct - 1]);
-        float *out = P.dGa + (c.ch * P.nkt + kt) * GDP_CHUNK;
-        for (int i = lane; i < 64; i += 32) {
-            float val = -(pga[2 * i] + pga[2 * i + 1]);
-            const int t = tokof(P, i);
-            if (i == t * P.n && t < ct) {
-                float qd = 0.f;
-#pragma unroll
-                for (int j = 0; j < QCT; j++) qd += pq[t * QCT + j];
-                val += qd;
-            }
-            if (i == (ct - 1) * P.n) val += gL * ht + sd;
-            out[i] = val;
-        }
-    }
+    if (warp == 0) bwd_a_gate_out<QCT>(P, c, kt, Gs, red, pst, pga, pq);
 }
 
 /* ---------------------------------------------------------------- 6c. bwd_a over the whole K of 128 */
@@ -1856,25 +1864,7 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_kres(P
         frag_rowdot(aK, Kws + c0, LDK, m1, n1, pga, 2);
         frag_store_bf16(aK, (bf16_t *)P.dKw + c.ch * P.sW + c0, P.KP, m1, n1);
         __syncthreads(); /* the row dots */
-        if (warp == 0) {
-            float ht = 0.f;
-            for (int i = 0; i < NTHREADS / 32; i++) ht += red[i];
-            auto stdr = [&](int i) { return i < lc ? pst[2 * i] + pst[2 * i + 1] : 0.f; };
-            const float sd = warp_sum(stdr(lane) + stdr(lane + 32)), gL = expf(Gs[ct - 1]);
-            float *out = P.dGa + (c.ch * P.nkt + kt) * GDP_CHUNK;
-            for (int i = lane; i < 64; i += 32) {
-                float val = -(pga[2 * i] + pga[2 * i + 1]);
-                const int t = tokof(P, i);
-                if (i == t * P.n && t < ct) {
-                    float qd = 0.f;
-#pragma unroll
-                    for (int j = 0; j < QCT; j++) qd += pq[t * QCT + j];
-                    val += qd;
-                }
-                if (i == (ct - 1) * P.n) val += gL * ht + sd;
-                out[i] = val;
-            }
-        }
+        if (warp == 0) bwd_a_gate_out<QCT>(P, c, kt, Gs, red, pst, pga, pq);
     }
 }
 
