@@ -1601,6 +1601,39 @@ __device__ __forceinline__ void frag_rowdot(const float (&acc)[NT][4], const bf1
     quad_rows_out(s0, s1, m0, n0 / (8 * NT), part, nparts);
 }
 
+/* One 64-column V tile's share of bwd_a's sums over V for a 64-row K tile: <h, dh> (this thread's
+ * pieces), dO h^T into the dq tile (with_q), D dh^T, dD h^T, and dO D^T into the dS tile (with_p).
+ * dO, D, dD: leading dimension ldv; h and dh: LDT. */
+template <int NTQ>
+__device__ __forceinline__ void bwd_a_vtile(float &hdh, float (&aQ)[NTQ][4], float (&aK)[4][4], float (&aW)[4][4],
+                                            float (&aP)[NTQ][4], const bf16_t *dO, const bf16_t *D, const bf16_t *dD, int ldv,
+                                            const bf16_t *Hs, const bf16_t *dHs, bool with_q, bool with_p, int mq, int nq,
+                                            int m1, int n1) {
+    for_pieces16<64, 64>([&](int x, int y) {
+        float hv[8], dv[8];
+        ld8(hv, Hs + x * LDT + y);
+        ld8(dv, dHs + x * LDT + y);
+#pragma unroll
+        for (int j = 0; j < 8; j++) hdh += hv[j] * dv[j];
+    });
+    if (with_q) warp_mma<NTQ, false, true>(aQ, dO, ldv, Hs, LDT, GDP_TILE, mq, nq);
+    warp_mma<4, false, true>(aK, D, ldv, dHs, LDT, GDP_TILE, m1, n1);
+    warp_mma<4, false, true>(aW, dD, ldv, Hs, LDT, GDP_TILE, m1, n1);
+    if (with_p) warp_mma<NTQ, false, true>(aP, dO, ldv, D, ldv, GDP_TILE, mq, nq);
+}
+
+/* The warp's tile of dS = causal mask o scale e^{G_t - G_s} o (dO D^T) (rows t tokens, columns s
+ * chunk rows), from its dO D^T fragment, into dSs (bf16, LDT) */
+template <int NTQ>
+__device__ __forceinline__ void store_ds_tile(const Params &P, float (&aP)[NTQ][4], const float *Gs, int ct, int lc,
+                                              bf16_t *dSs, int mq, int nq) {
+    frag_each(aP, mq, nq, [&](int t, int s, float &v) {
+        const int ts = tokof(P, s);
+        v = t < ct && s < lc && ts <= t ? P.scale * __expf(Gs[t] - Gs[ts]) * v : 0.f;
+    });
+    frag_store_bf16(aP, dSs, LDT, mq, nq);
+}
+
 /* Warp 0: the gate parts of K tile kt's rows into dGa, from the per-warp <h, dh> sums (red), the
  * row dots of the decay part of dK_w (pst) and of all of dK_w (pga) with K_w, two halves a row,
  * and those of dQ with q (pq, QCT parts a token). */
@@ -1682,18 +1715,7 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
             rowf[tid] = tid < lc ? __expf(Gs[ct - 1] - Gs[tokof(P, tid)]) : 0.f;
             qf[tid] = tid < ct ? P.scale * expf(Gs[tid]) : 0.f;
         }
-        const bf16_t *dO = dOb(b), *D = Db(b), *dD = dDb(b), *Hs = Hb(b), *dHs = dHb(b);
-        for_pieces16<64, 64>([&](int x, int y) {
-            float hv[8], dv[8];
-            ld8(hv, Hs + x * LDT + y);
-            ld8(dv, dHs + x * LDT + y);
-#pragma unroll
-            for (int j = 0; j < 8; j++) hdh += hv[j] * dv[j];
-        });
-        if (qtile) warp_mma<NTQ, false, true>(aQ, dO, LDT, Hs, LDT, GDP_TILE, mq, nq);
-        warp_mma<4, false, true>(aK, D, LDT, dHs, LDT, GDP_TILE, m1, n1);
-        warp_mma<4, false, true>(aW, dD, LDT, Hs, LDT, GDP_TILE, m1, n1);
-        if (ptile) warp_mma<NTQ, false, true>(aP, dO, LDT, D, LDT, GDP_TILE, mq, nq);
+        bwd_a_vtile(hdh, aQ, aK, aW, aP, dOb(b), Db(b), dDb(b), LDT, Hb(b), dHb(b), qtile, ptile, mq, nq, m1, n1);
         __syncthreads();
     }
     if (P.mode == GDP_MODE_SPLIT) {
@@ -1702,13 +1724,7 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
     }
     /* stage 0 holds dS, the dW staging, then dQ and dK_w on their way out */
     bf16_t *dSs = stg, *dWs = dSs + SM::QT, *dQs = dWs + SM::TILE, *dKs = dQs + SM::QT;
-    if (ptile) {
-        frag_each(aP, mq, nq, [&](int t, int s, float &v) {
-            const int ts = tokof(P, s);
-            v = t < ct && s < lc && ts <= t ? P.scale * __expf(Gs[t] - Gs[ts]) * v : 0.f;
-        });
-        frag_store_bf16(aP, dSs, LDT, mq, nq);
-    }
+    if (ptile) store_ds_tile(P, aP, Gs, ct, lc, dSs, mq, nq);
     frag_each(aK, m1, n1, [&](int r, int, float &v) { v = r < lc ? rowf[r] * v : 0.f; });
     frag_rowdot(aK, Kws, LDT, m1, n1, pst, 2);
     frag_each(aW, m1, n1, [&](int, int, float &v) { v = -v; });
@@ -1810,18 +1826,9 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_kres(P
                 rowf[tid] = tid < lc ? __expf(Gs[ct - 1] - Gs[tokof(P, tid)]) : 0.f;
                 qf[tid] = tid < ct ? P.scale * expf(Gs[tid]) : 0.f;
             }
-            const bf16_t *dO = dOr + v0, *D = Dr + v0, *dD = dDr + v0, *Hs = stg + b * SM::STAGE, *dHs = Hs + 64 * LDT;
-            for_pieces16<64, 64>([&](int x, int y) {
-                float hv[8], dv[8];
-                ld8(hv, Hs + x * LDT + y);
-                ld8(dv, dHs + x * LDT + y);
-#pragma unroll
-                for (int j = 0; j < 8; j++) hdh += hv[j] * dv[j];
-            });
-            if (qtile) warp_mma<NTQ, false, true>(aQ, dO, LDV, Hs, LDT, GDP_TILE, mq, nq);
-            warp_mma<4, false, true>(aK, D, LDV, dHs, LDT, GDP_TILE, m1, n1);
-            warp_mma<4, false, true>(aW, dD, LDV, Hs, LDT, GDP_TILE, m1, n1);
-            if (kt == 0 && ptile) warp_mma<NTQ, false, true>(aP, dO, LDV, D, LDV, GDP_TILE, mq, nq);
+            const bf16_t *Hs = stg + b * SM::STAGE;
+            bwd_a_vtile(hdh, aQ, aK, aW, aP, dOr + v0, Dr + v0, dDr + v0, LDV, Hs, Hs + 64 * LDT, qtile, kt == 0 && ptile, mq,
+                        nq, m1, n1);
             __syncthreads();
         }
         /* the epilogue of K tile kt */
@@ -1830,13 +1837,7 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_kres(P
                 split_keys<bf16_t>(P, c, Kws, LDK, (bf16_t *)nullptr, 0, 0, 128, true);
                 __syncthreads();
             }
-            if (ptile) {
-                frag_each(aP, mq, nq, [&](int t, int s, float &v) {
-                    const int ts = tokof(P, s);
-                    v = t < ct && s < lc && ts <= t ? P.scale * __expf(Gs[t] - Gs[ts]) * v : 0.f;
-                });
-                frag_store_bf16(aP, dSs, LDT, mq, nq);
-            }
+            if (ptile) store_ds_tile(P, aP, Gs, ct, lc, dSs, mq, nq);
         }
         frag_each(aK, m1, n1, [&](int r, int, float &v) { v = r < lc ? rowf[r] * v : 0.f; });
         frag_rowdot(aK, Kws + c0, LDK, m1, n1, pst, 2);

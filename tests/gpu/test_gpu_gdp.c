@@ -538,6 +538,18 @@ static void saved_vs_plain(int *failures, const RandCase *cases, size_t ncases, 
         rand_free(&r);
     }
 }
+/* The cases under each value of the environment switch `name`: against the CPU f64 path, and
+ * saving against plain forwards; the switch is unset after. */
+static void cases_per_env(int *failures, const RandCase *cs, size_t ncases, uint64_t seed0, const char *name,
+                          const char *const *values, int nvalues) {
+    for (int v = 0; v < nvalues; v++) {
+        setenv(name, values[v], 1);
+        for (size_t i = 0; i < ncases; i++) random_case(failures, &cs[i], seed0 + i);
+        saved_vs_plain(failures, cs, ncases, seed0);
+    }
+    unsetenv(name);
+}
+
 GPU_TEST(saved_forward_matches_recompute) { saved_vs_plain(failures, rand_cases, GDP_ARRAY_LEN(rand_cases), 1000); }
 
 /* The fast state pass makes o itself (no k_output) at V tile 128, and at 64 where its CTAs fit one
@@ -556,12 +568,7 @@ GPU_TEST(state_pass_output) {
         {GDP_MODE_SPLIT, 1, 65, 1, 100, 128, 2, 1, 0, 0},
     };
     static const char *const bvs[2] = {"128", "64"};
-    for (int b = 0; b < 2; b++) {
-        setenv("GDP_BV_STATE", bvs[b], 1);
-        for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) random_case(failures, &cs[i], 3000 + i);
-        saved_vs_plain(failures, cs, GDP_ARRAY_LEN(cs), 3000);
-    }
-    unsetenv("GDP_BV_STATE");
+    cases_per_env(failures, cs, GDP_ARRAY_LEN(cs), 3000, "GDP_BV_STATE", bvs, 2);
 }
 
 /* bwd_a at K 128 runs one CTA over both K tiles (k_bwd_a_kres, picked at 16 and 32 chunk tokens)
@@ -580,12 +587,7 @@ GPU_TEST(bwd_a_whole_k) {
         {GDP_MODE_HOUSEHOLDER, 1, 130, 1, 128, 256, 2, 1, 1, 0},
     };
     static const char *const kinds[2] = {"kres", "tile"};
-    for (int k = 0; k < 2; k++) {
-        setenv("GDP_BWD_A", kinds[k], 1);
-        for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) random_case(failures, &cs[i], 5000 + i);
-        saved_vs_plain(failures, cs, GDP_ARRAY_LEN(cs), 5000);
-    }
-    unsetenv("GDP_BWD_A");
+    cases_per_env(failures, cs, GDP_ARRAY_LEN(cs), 5000, "GDP_BWD_A", kinds, 2);
 }
 
 GPU_TEST(error_paths) {
