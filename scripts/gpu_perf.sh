@@ -2,8 +2,8 @@
 # One device call that checks and measures the Gated DeltaProduct op: build, the op's GPU tests and
 # compute-sanitizer (memcheck, racecheck) on a small case, per-kernel times at the bench shape
 # (H 16) and the base model's (H 6), the variants that the environment selects (GDP_GENERIC,
-# GDP_STATE_NS3, GDP_BV_STATE, GDP_BV_DH, GDP_FUSED_OUTPUT), base-model training tokens/s,
-# gdp next to fla (bench/vs_fla.py, fla from .carry/fla), ncu counters (GDP_NCU=1) and ncu's
+# GDP_STATE_NS3, GDP_BV_STATE, GDP_BV_DH, GDP_FUSED_OUTPUT, GDP_BWD_A), base-model training
+# tokens/s, gdp next to fla (bench/vs_fla.py, fla from .carry/fla), ncu counters (GDP_NCU=1) and ncu's
 # per-instruction stall samples of bwd_a, bwd_b and prep2 (GDP_NCU_SOURCE=1: reports and CSV in $OUT).
 # Logs under $OUT; a short table last. SKIP='name|…' leaves steps out (build, tests, sanitizer,
 # profile, variants, conv, testgpu, train, vsfla, ncu); TRAIN_NH lists the n_h of the training runs,
