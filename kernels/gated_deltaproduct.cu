@@ -986,16 +986,21 @@ template <int NT> __device__ __forceinline__ void frag_zero(float (&acc)[NT][4])
 #pragma unroll
     for (int i = 0; i < NT * 4; i++) acc[i >> 2][i & 3] = 0.f;
 }
-/* the fragment, rounded to bf16 pairs, into a row-major bf16 tile (shared or global memory) */
-template <int NT>
-__device__ __forceinline__ void frag_store_bf16(const float (&acc)[NT][4], bf16_t *s, int lds, int m0, int n0) {
+/* each pair of adjacent columns of a warp's 16 x 8*NT fragment at (m0, n0), as bf16, to at(r, c) */
+template <int NT, class At>
+__device__ __forceinline__ void frag_store_pairs(const float (&acc)[NT][4], int m0, int n0, At at) {
     const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int hh = 0; hh < 2; hh++)
-            *(__nv_bfloat162 *)(s + (m0 + g + hh * 8) * lds + n0 + nt * 8 + 2 * tq) =
+            *(__nv_bfloat162 *)at(m0 + g + hh * 8, n0 + nt * 8 + 2 * tq) =
                 __floats2bfloat162_rn(acc[nt][hh * 2], acc[nt][hh * 2 + 1]);
+}
+/* the fragment, rounded to bf16 pairs, into a row-major bf16 tile (shared or global memory) */
+template <int NT>
+__device__ __forceinline__ void frag_store_bf16(const float (&acc)[NT][4], bf16_t *s, int lds, int m0, int n0) {
+    frag_store_pairs(acc, m0, n0, [&](int r, int c) { return s + (r * lds + c); });
 }
 /* a K x V fp32 state (h0, dht; NULL: zeros) into the fragment; and the fragment back out (ht, dh0) */
 template <int NT>
@@ -1063,13 +1068,7 @@ __device__ __forceinline__ void store_tile16(bf16_t *g, int64_t ldg, const bf16_
 __device__ __forceinline__ int swz128(int r, int c) { return r * 128 + (((c >> 3) ^ (r & 7)) << 3) + (c & 7); }
 template <int NT>
 __device__ __forceinline__ void frag_stage_bf16(const float (&acc)[NT][4], bf16_t *s, int m0, int n0) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++)
-            *(__nv_bfloat162 *)(s + swz128(m0 + g + hh * 8, n0 + nt * 8 + 2 * tq)) =
-                __floats2bfloat162_rn(acc[nt][hh * 2], acc[nt][hh * 2 + 1]);
+    frag_store_pairs(acc, m0, n0, [&](int r, int c) { return s + swz128(r, c); });
 }
 /* the staged 64 x COLS (<= 128) tile to global rows (stride ldg), 16 bytes a move */
 template <int COLS> __device__ __forceinline__ void unstage_tile(bf16_t *g, int64_t ldg, const bf16_t *s) {
