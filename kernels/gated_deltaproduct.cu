@@ -1070,9 +1070,10 @@ template <int NT>
 __device__ __forceinline__ void frag_stage_bf16(const float (&acc)[NT][4], bf16_t *s, int m0, int n0) {
     frag_store_pairs(acc, m0, n0, [&](int r, int c) { return s + swz128(r, c); });
 }
-/* the staged 64 x COLS (<= 128) tile to global rows (stride ldg), 16 bytes a move */
-template <int COLS> __device__ __forceinline__ void unstage_tile(bf16_t *g, int64_t ldg, const bf16_t *s) {
-    for_pieces16<64, COLS>([&](int r, int c) { *(uint4 *)(g + r * ldg + c) = *(const uint4 *)(s + swz128(r, c)); });
+/* columns c0 .. c0 + COLS - 1 (COLS + c0 <= 128) of the staged 64-row tile to global rows (stride
+ * ldg), 16 bytes a move */
+template <int COLS> __device__ __forceinline__ void unstage_tile(bf16_t *g, int64_t ldg, const bf16_t *s, int c0 = 0) {
+    for_pieces16<64, COLS>([&](int r, int c) { *(uint4 *)(g + r * ldg + c) = *(const uint4 *)(s + swz128(r, c0 + c)); });
 }
 /* global -> shared by cp.async */
 template <int ROWS, int COLS> __device__ __forceinline__ void cp_tile16(bf16_t *s, int lds, const bf16_t *g, int64_t ldg) {
@@ -1879,7 +1880,10 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_kres(P
         frag_each(aK, m1, n1, [&](int r, int, float &v) { v = r < lc ? rowf[r] * v : 0.f; });
         frag_rowdot(aK, Kws + c0, LDK, m1, n1, pst, 2);
         frag_each(aW, m1, n1, [&](int, int, float &v) { v = -v; });
-        frag_store_bf16(aW, (bf16_t *)P.dW + c.ch * P.sW + c0, P.KP, m1, n1);
+        /* dW (columns 0-63) and dK_w (64-127) leave through a staging tile in the stage buffer this
+         * K tile's last V step read (the other one holds step nvt's copies at kt 0), as 16-byte row
+         * pieces after the row-dot barrier (4-byte fragment stores touch 8 rows an instruction) */
+        frag_stage_bf16(aW, stg + ((nvt - 1) & 1) * SM::STAGE, m1, n1);
         if (qtile) frag_each(aQ, mq, nq, [&](int r, int, float &v) { v = r < ct ? qf[r] * v : 0.f; });
         hdh = warp_sum(hdh);
         if (lane == 0) red[warp] = hdh;
@@ -1900,9 +1904,13 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_kres(P
         }
         warp_mma<4, true, false>(aK, dSs, LDT, Qs + c0, LDK, CTP, m1, n1); /* dK_w += dS^T q */
         frag_rowdot(aK, Kws + c0, LDK, m1, n1, pga, 2);
-        frag_store_bf16(aK, (bf16_t *)P.dKw + c.ch * P.sW + c0, P.KP, m1, n1);
-        __syncthreads(); /* the row dots */
+        bf16_t *stage_out = stg + ((nvt - 1) & 1) * SM::STAGE;
+        frag_stage_bf16(aK, stage_out, m1, 64 + n1);
+        __syncthreads(); /* the row dots, the staged dW and dK_w */
         if (warp == 0) bwd_a_gate_out<QCT>(P, c, kt, Gs, red, pst, pga, pq);
+        unstage_tile<64>((bf16_t *)P.dW + c.ch * P.sW + c0, P.KP, stage_out);
+        unstage_tile<64>((bf16_t *)P.dKw + c.ch * P.sW + c0, P.KP, stage_out, 64);
+        if (kt == 0) __syncthreads(); /* K tile 1's second step refills this buffer */
     }
 }
 
