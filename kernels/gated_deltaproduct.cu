@@ -44,6 +44,9 @@ constexpr int NTHREADS = 256;
 constexpr int LDT = GDP_TILE + 8; /* leading dimension of 64-wide operand tiles */
 constexpr int LDF = GDP_TILE + 4; /* leading dimension of 64-wide fp32 tiles */
 constexpr int LDA = 65;           /* fp32 64x64 A and T */
+/* the fast prep's A and T: rows 16-byte aligned, so the solve's row reads are 16-byte loads (row
+ * pieces 2 rows apart land 8 banks apart) */
+constexpr int LDAF = 68;
 
 struct Params {
     int mode, B, T, H, K, V, n, KP, VP, Ct, Ctp, N, NCmax, nkt, nvt, bv, nst;
@@ -374,12 +377,12 @@ template <typename IT> __device__ void load_gates(const Params &P, const ChunkCt
     for (int p = threadIdx.x; p < 64; p += blockDim.x) br[p] = p < c.lc ? beta_at<IT>(P, c.tok0, c.h, p) : 0.f;
 }
 
-/* s += the 2 x 2 product of rows x, x + LDA (16 entries each) and the 16 x 2 column pair at y
- * (rows LDA apart), in ascending m */
-__device__ __forceinline__ void mac_piece16(const float *x, const float *y, float (&s)[4]) {
+/* s += the 2 x 2 product of rows x, x + LD (16 entries each) and the 16 x 2 column pair at y
+ * (rows LD apart), in ascending m */
+template <int LD = LDA> __device__ __forceinline__ void mac_piece16(const float *x, const float *y, float (&s)[4]) {
 #pragma unroll
     for (int m = 0; m < 16; m++) {
-        const float x0 = x[m], x1 = x[LDA + m], y0 = y[m * LDA], y1 = y[m * LDA + 1];
+        const float x0 = x[m], x1 = x[LD + m], y0 = y[m * LD], y1 = y[m * LD + 1];
         s[0] += x0 * y0;
         s[1] += x0 * y1;
         s[2] += x1 * y0;
@@ -391,20 +394,20 @@ __device__ __forceinline__ void mac_piece16(const float *x, const float *y, floa
  * memory serves two products (the merges are bound by shared-memory loads). Z_IJ lives in Tf's
  * block (J, I) above the diagonal, which T never uses; it is one fp32 sum in ascending m, carried
  * through shared memory from one term M to the next. */
-__device__ __forceinline__ void solve_z_term(const float *Af, float *Tf, int I, int J, int M, int pc) {
+template <int LD = LDA> __device__ __forceinline__ void solve_z_term(const float *Af, float *Tf, int I, int J, int M, int pc) {
     const int r = (pc >> 3) * 2, cc = (pc & 7) * 2;
-    float *z = Tf + (16 * J + r) * LDA + 16 * I + cc;
+    float *z = Tf + (16 * J + r) * LD + 16 * I + cc;
     float s[4] = {0.f, 0.f, 0.f, 0.f};
-    if (M != J) s[0] = z[0], s[1] = z[1], s[2] = z[LDA], s[3] = z[LDA + 1];
-    mac_piece16(Af + (16 * I + r) * LDA + 16 * M, Tf + 16 * M * LDA + 16 * J + cc, s);
-    z[0] = s[0], z[1] = s[1], z[LDA] = s[2], z[LDA + 1] = s[3];
+    if (M != J) s[0] = z[0], s[1] = z[1], s[2] = z[LD], s[3] = z[LD + 1];
+    mac_piece16<LD>(Af + (16 * I + r) * LD + 16 * M, Tf + 16 * M * LD + 16 * J + cc, s);
+    z[0] = s[0], z[1] = s[1], z[LD] = s[2], z[LD + 1] = s[3];
 }
-__device__ __forceinline__ void solve_t_block(float *Tf, int I, int J, int pc) {
+template <int LD = LDA> __device__ __forceinline__ void solve_t_block(float *Tf, int I, int J, int pc) {
     const int r = (pc >> 3) * 2, cc = (pc & 7) * 2;
     float s[4] = {0.f, 0.f, 0.f, 0.f};
-    mac_piece16(Tf + (16 * I + r) * LDA + 16 * I, Tf + 16 * J * LDA + 16 * I + cc, s);
-    float *o = Tf + (16 * I + r) * LDA + 16 * J + cc;
-    o[0] = -s[0], o[1] = -s[1], o[LDA] = -s[2], o[LDA + 1] = -s[3];
+    mac_piece16<LD>(Tf + (16 * I + r) * LD + 16 * I, Tf + 16 * J * LD + 16 * I + cc, s);
+    float *o = Tf + (16 * I + r) * LD + 16 * J + cc;
+    o[0] = -s[0], o[1] = -s[1], o[LD] = -s[2], o[LD + 1] = -s[3];
 }
 
 /* After A (fp32, finished and visible to the block, strictly "earlier" entries only) is in Af:
@@ -415,7 +418,7 @@ __device__ __forceinline__ void solve_t_block(float *Tf, int I, int J, int pc) {
  * their operands exist, at most one block-piece a thread in each of six steps (the old order by
  * distance I - J took 144 serial multiply-adds a thread, this 96), with the same sums in the same
  * order, so the same bits. Tf is not cleared: the steps write every block they read. */
-template <class Conv, class Side>
+template <int LD = LDA, class Conv, class Side>
 __device__ void solve_T(const float *Af, float *Tf, bool upper, Conv conv, Side side) {
     const int tid = threadIdx.x, q = tid >> 6, pc = tid & 63;
     if (tid < 64) {
@@ -425,33 +428,33 @@ __device__ void solve_T(const float *Af, float *Tf, bool upper, Conv conv, Side 
         for (int i = 0; i < 16; i++) {
             float s = i == j ? 1.f : 0.f;
 #pragma unroll
-            for (int m = 0; m < i; m++) s -= Af[(o + i) * LDA + o + m] * x[m];
+            for (int m = 0; m < i; m++) s -= Af[(o + i) * LD + o + m] * x[m];
             x[i] = i < j ? 0.f : s;
         }
 #pragma unroll
-        for (int i = 0; i < 16; i++) Tf[(o + i) * LDA + o + j] = x[i];
+        for (int i = 0; i < 16; i++) Tf[(o + i) * LD + o + j] = x[i];
     } else {
         side(tid - 64, (int)blockDim.x - 64);
     }
     __syncthreads();
     /* q = tid / 64 picks the block a quarter of the threads works on (warp-uniform) */
-    if (q < 3) solve_z_term(Af, Tf, q + 1, q, q, pc); /* Z_10, Z_21, Z_32 */
-    else solve_z_term(Af, Tf, 3, 0, 0, pc);          /* Z_30, term 0 */
+    if (q < 3) solve_z_term<LD>(Af, Tf, q + 1, q, q, pc); /* Z_10, Z_21, Z_32 */
+    else solve_z_term<LD>(Af, Tf, 3, 0, 0, pc);          /* Z_30, term 0 */
     __syncthreads();
-    if (q < 3) solve_t_block(Tf, q + 1, q, pc); /* T_10, T_21, T_32 */
-    else solve_z_term(Af, Tf, 2, 0, 0, pc);    /* Z_20, term 0 */
+    if (q < 3) solve_t_block<LD>(Tf, q + 1, q, pc); /* T_10, T_21, T_32 */
+    else solve_z_term<LD>(Af, Tf, 2, 0, 0, pc);    /* Z_20, term 0 */
     __syncthreads();
-    if (q == 0) solve_z_term(Af, Tf, 2, 0, 1, pc);      /* Z_20, term 1 */
-    else if (q == 1) solve_z_term(Af, Tf, 3, 1, 1, pc); /* Z_31, term 1 */
-    else if (q == 2) solve_z_term(Af, Tf, 3, 0, 1, pc); /* Z_30, term 1 */
+    if (q == 0) solve_z_term<LD>(Af, Tf, 2, 0, 1, pc);      /* Z_20, term 1 */
+    else if (q == 1) solve_z_term<LD>(Af, Tf, 3, 1, 1, pc); /* Z_31, term 1 */
+    else if (q == 2) solve_z_term<LD>(Af, Tf, 3, 0, 1, pc); /* Z_30, term 1 */
     __syncthreads();
-    if (q == 0) solve_t_block(Tf, 2, 0, pc);            /* T_20 */
-    else if (q == 1) solve_z_term(Af, Tf, 3, 1, 2, pc); /* Z_31, term 2 */
+    if (q == 0) solve_t_block<LD>(Tf, 2, 0, pc);            /* T_20 */
+    else if (q == 1) solve_z_term<LD>(Af, Tf, 3, 1, 2, pc); /* Z_31, term 2 */
     __syncthreads();
-    if (q == 0) solve_t_block(Tf, 3, 1, pc);            /* T_31 */
-    else if (q == 1) solve_z_term(Af, Tf, 3, 0, 2, pc); /* Z_30, term 2 */
+    if (q == 0) solve_t_block<LD>(Tf, 3, 1, pc);            /* T_31 */
+    else if (q == 1) solve_z_term<LD>(Af, Tf, 3, 0, 2, pc); /* Z_30, term 2 */
     __syncthreads();
-    if (q == 0) solve_t_block(Tf, 3, 0, pc); /* T_30 */
+    if (q == 0) solve_t_block<LD>(Tf, 3, 0, pc); /* T_30 */
     __syncthreads();
     /* the 10 blocks on or below the diagonal (16 rows x 8 pairs each), then the 6 above */
     for (int e = tid; e < (upper ? 16 : 10) * 128; e += blockDim.x) {
@@ -466,7 +469,7 @@ __device__ void solve_T(const float *Af, float *Tf, bool upper, Conv conv, Side 
         }
         const int i = 16 * I + ((e >> 3) & 15), j = 16 * J + (e & 7) * 2;
         if (J > I) conv(i, j, 0.f, 0.f);
-        else conv(i, j, Tf[i * LDA + j], Tf[i * LDA + j + 1]);
+        else conv(i, j, Tf[i * LD + j], Tf[i * LD + j + 1]);
     }
     __syncthreads();
 }
@@ -1103,10 +1106,10 @@ __device__ __forceinline__ void cp_token_rows(bf16_t *s, int lds, const bf16_t *
  * 16-byte moves. Split mode keeps R in a buffer of its own. */
 template <int KP, int CTP> struct Prep2FastSmem {
     static constexpr int LDK = KP + 8;
-    static constexpr size_t AFB = (size_t)2 * 64 * LDT * 2 > (size_t)64 * LDA * 4 ? (size_t)2 * 64 * LDT * 2 : (size_t)64 * LDA * 4;
+    static constexpr size_t AFB = (size_t)2 * 64 * LDT * 2 > (size_t)64 * LDAF * 4 ? (size_t)2 * 64 * LDT * 2 : (size_t)64 * LDAF * 4;
     static constexpr size_t OFF_AF = 4 * 64 * 4; /* after Gs, br, rowf, bg [64] */
     static constexpr size_t OFF_TF = OFF_AF + AFB;       /* Af, then T diag(beta gamma) and T diag(beta) */
-    static constexpr size_t OFF_KW = OFF_TF + (size_t)64 * LDA * 4;
+    static constexpr size_t OFF_KW = OFF_TF + (size_t)64 * LDAF * 4;
     static size_t bytes(bool split, int VP) {
         const size_t qv = (size_t)CTP * LDK > (size_t)64 * (VP + 8) ? (size_t)CTP * LDK : (size_t)64 * (VP + 8);
         return OFF_KW + (size_t)(split ? 2 : 1) * 64 * LDK * 2 + qv * 2;
@@ -1155,7 +1158,7 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
         frag_each(aA, m1, n1, [&](int i, int j, float v) {
             float a = 0.f;
             if (i < lc && j < lc && earlier(P, i, j)) a = br[i] * __expf(Gs[tokof(P, i)] - Gs[tokof(P, j)]) * v;
-            Af[i * LDA + j] = a;
+            Af[i * LDAF + j] = a;
         });
     }
     if (warp < PTILES) {
@@ -1176,7 +1179,7 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     cp_commit();
     bf16_t *Tw = (bf16_t *)Af, *Tu = Tw + 64 * LDT, *Kwd = (bf16_t *)P.Kwd + c.ch * P.sW;
     bf16_t *Tg = P.Tsave ? (bf16_t *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK) : nullptr;
-    solve_T(
+    solve_T<LDAF>(
         Af, Tf, Tg != nullptr,
         [&](int i, int j, float t0, float t1) {
             /* Af is dead once the merges are done (solve_T syncs before calling conv). Only the
