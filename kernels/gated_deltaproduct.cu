@@ -1151,7 +1151,10 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
         P.G[c.ch * GDP_CHUNK + tid] = Gs[tid];
     }
     const int m1 = (warp >> 1) * 16, n1 = (warp & 1) * 32;
-    {
+    /* A is strictly lower (an earlier row, or a row of an earlier token) and the solve reads only
+     * the blocks on or below the diagonal, so a warp tile with no column before its last row is
+     * neither computed nor stored (warps 1 and 3) */
+    if (n1 < m1 + 15) {
         float aA[4][4];
         frag_zero(aA);
         warp_mma<4, false, true>(aA, R, LDK, Kw, LDK, KP, m1, n1);
@@ -1165,11 +1168,15 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
         const int mp = (warp / PCT) * 16, np = (warp % PCT) * PW;
         float aP[PW / 8][4];
         frag_zero(aP);
-        warp_mma<PW / 8, false, true>(aP, QV, LDK, Kw, LDK, KP, mp, np);
-        frag_each(aP, mp, np, [&](int t, int s2, float &v) {
-            const int ts = tokof(P, s2);
-            v = t < ct && s2 < lc && ts <= t ? P.scale * __expf(Gs[t] - Gs[ts]) * v : 0.f;
-        });
+        /* the state pass reads P whole: a tile whose first row s is a token after its last row t
+         * is stored as zeros without the product (at 32 chunk tokens, warps 2 and 3) */
+        if (tokof(P, np) <= mp + 15) {
+            warp_mma<PW / 8, false, true>(aP, QV, LDK, Kw, LDK, KP, mp, np);
+            frag_each(aP, mp, np, [&](int t, int s2, float &v) {
+                const int ts = tokof(P, s2);
+                v = t < ct && s2 < lc && ts <= t ? P.scale * __expf(Gs[t] - Gs[ts]) * v : 0.f;
+            });
+        }
         frag_store_bf16(aP, (bf16_t *)P.P + c.ch * P.sP, 64, mp, np);
     }
     __syncthreads();
