@@ -1118,7 +1118,7 @@ template <int KP, int CTP> struct Prep2FastSmem {
 
 template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep2_fast(Params P) {
     using SM = Prep2FastSmem<KP, CTP>;
-    constexpr int LDK = SM::LDK, PW = CTP == 64 ? 32 : 16, PCT = 64 / PW, PTILES = (CTP / 16) * PCT;
+    constexpr int LDK = SM::LDK;
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
     if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
@@ -1150,34 +1150,45 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
         bg[tid] = br[tid] * __expf(G); /* beta gamma per row (0 past lc) */
         P.G[c.ch * GDP_CHUNK + tid] = Gs[tid];
     }
-    const int m1 = (warp >> 1) * 16, n1 = (warp & 1) * 32;
-    /* A is strictly lower (an earlier row, or a row of an earlier token) and the solve reads only
-     * the blocks on or below the diagonal, so a warp tile with no column before its last row is
-     * neither computed nor stored (warps 1 and 3) */
-    if (n1 < m1 + 15) {
-        float aA[4][4];
-        frag_zero(aA);
-        warp_mma<4, false, true>(aA, R, LDK, Kw, LDK, KP, m1, n1);
-        frag_each(aA, m1, n1, [&](int i, int j, float v) {
-            float a = 0.f;
-            if (i < lc && j < lc && earlier(P, i, j)) a = br[i] * __expf(Gs[tokof(P, i)] - Gs[tokof(P, j)]) * v;
-            Af[i * LDAF + j] = a;
-        });
-    }
-    if (warp < PTILES) {
-        const int mp = (warp / PCT) * 16, np = (warp % PCT) * PW;
-        float aP[PW / 8][4];
-        frag_zero(aP);
-        /* the state pass reads P whole: a tile whose first row s is a token after its last row t
-         * is stored as zeros without the product (at 32 chunk tokens, warps 2 and 3) */
-        if (tokof(P, np) <= mp + 15) {
-            warp_mma<PW / 8, false, true>(aP, QV, LDK, Kw, LDK, KP, mp, np);
-            frag_each(aP, mp, np, [&](int t, int s2, float &v) {
-                const int ts = tokof(P, s2);
-                v = t < ct && s2 < lc && ts <= t ? P.scale * __expf(Gs[t] - Gs[ts]) * v : 0.f;
-            });
+    /* A and P in 16 x 16 blocks dealt round-robin to the warps: A's ten blocks on or below the
+     * diagonal (A is strictly lower, an earlier row or a row of an earlier token, and the solve reads
+     * no others), then P's blocks that hold some row of a token at or before their tokens, then P's
+     * others, stored as zeros (the state pass reads P whole). At most 2 products a warp at n_h 2 and
+     * 4, 3 at n_h 1 and 3 (16 x 32 tiles of both, all computed, took 3 to 4). */
+    {
+        constexpr int NPB = CTP / 16 * 4; /* P's 16 x 16 blocks */
+        auto p_live = [&](int pb) { return tokof(P, 16 * (pb & 3)) <= 16 * (pb >> 2) + 15; };
+        int n_live = 0;
+        for (int pb = 0; pb < NPB; pb++) n_live += p_live(pb);
+        for (int bi = warp; bi < 10 + NPB; bi += NTHREADS / 32) {
+            float acc[2][4];
+            frag_zero(acc);
+            if (bi < 10) {
+                const int I = bi < 1 ? 0 : bi < 3 ? 1 : bi < 6 ? 2 : 3, J = bi - I * (I + 1) / 2; /* bi = I (I + 1) / 2 + J */
+                warp_mma<2, false, true>(acc, R, LDK, Kw, LDK, KP, 16 * I, 16 * J);
+                frag_each(acc, 16 * I, 16 * J, [&](int i, int j, float v) {
+                    float a = 0.f;
+                    if (i < lc && j < lc && earlier(P, i, j)) a = br[i] * __expf(Gs[tokof(P, i)] - Gs[tokof(P, j)]) * v;
+                    Af[i * LDAF + j] = a;
+                });
+                continue;
+            }
+            /* the k-th live block, or the k-th other one */
+            const int k = bi - 10;
+            const bool live = k < n_live;
+            int pb = 0;
+            for (int seen = 0;; pb++)
+                if (p_live(pb) == live && seen++ == (live ? k : k - n_live)) break;
+            const int mp = 16 * (pb >> 2), np = 16 * (pb & 3);
+            if (live) {
+                warp_mma<2, false, true>(acc, QV, LDK, Kw, LDK, KP, mp, np);
+                frag_each(acc, mp, np, [&](int t, int s2, float &v) {
+                    const int ts = tokof(P, s2);
+                    v = t < ct && s2 < lc && ts <= t ? P.scale * __expf(Gs[t] - Gs[ts]) * v : 0.f;
+                });
+            }
+            frag_store_bf16(acc, (bf16_t *)P.P + c.ch * P.sP, 64, mp, np);
         }
-        frag_store_bf16(aP, (bf16_t *)P.P + c.ch * P.sP, 64, mp, np);
     }
     __syncthreads();
     /* V into QV (q is no longer needed) while Kwd is written and T solved */
