@@ -1217,9 +1217,9 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
      * the first 16 (mt + 1) columns of T. Warp pairs take row tiles {0, 3} or {1, 2} (five 16-deep
      * steps each) and a quarter of the columns. */
     const int mta = warp & 1 ? 1 : 0, mtb = 3 - mta, nq = warp >> 1;
+    bf16_t *Wg = (bf16_t *)P.W + c.ch * P.sW, *Ug = (bf16_t *)P.U + c.ch * P.sU;
     {
         constexpr int NTW = KP / 32;
-        bf16_t *Wg = (bf16_t *)P.W + c.ch * P.sW;
 #pragma unroll
         for (int h2 = 0; h2 < 2; h2++) {
             const int mt = h2 ? mtb : mta;
@@ -1234,8 +1234,7 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     }
     cp_wait<0>();
     __syncthreads();
-    if (stage) unstage_tile<KP>((bf16_t *)P.W + c.ch * P.sW, KP, (const bf16_t *)Tf);
-    bf16_t *Ug = (bf16_t *)P.U + c.ch * P.sU;
+    if (stage) unstage_tile<KP>(Wg, KP, (const bf16_t *)Tf);
     for (int v0 = 0; v0 < P.VP; v0 += 128) { /* 128 columns a round, 32 a warp (VP is a multiple of 64) */
         const int n0 = v0 + nq * 32;
         if (stage && v0 > 0) __syncthreads(); /* the last round's staged U is read out */
