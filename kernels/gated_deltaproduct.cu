@@ -961,18 +961,27 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_dh(Params P
  * barriers. The same products in the same order as the generic kernels, so the same roundings. */
 typedef __nv_bfloat16 bf16_t;
 
-/* Warp tiles of a 64 x BV product (4 row tiles, two warps a row tile) and of a KP x BV one
- * (KP/16 row tiles; with KP 64 two warps a row tile). */
+/* Warp tiles of a 64 x BV product (MT1 row tiles of 16 and NT1 n8 tiles a warp) and of a KP x BV
+ * one (MT2, NT2). Where a warp can take two row tiles (32 rows), it does: an operand fragment then
+ * serves two products, and the shared-memory reads of these passes (their bound with one CTA an
+ * SM) fall: at KP = BV = 128 from 448 to 368 KB a state step. */
 template <int KP, int BV> struct SeqTiles {
-    static constexpr int NT1 = BV / 16;                                /* n8 tiles a warp, 64 x BV */
-    static constexpr int MT2 = KP / 16, WN2 = 8 / MT2, NT2 = BV / 8 / WN2; /* KP x BV */
+    static constexpr int MT1 = BV == 128 ? 2 : 1, NT1 = MT1 == 2 ? 4 : BV / 16; /* 64 x BV */
+    static constexpr int RG2 = KP / 32, NT2W = BV / 8 / (8 / RG2);            /* KP x BV, 32-row tiles */
+    static constexpr int MT2 = NT2W >= 2 ? 2 : 1, WN2 = 8 / (KP / (16 * MT2)), NT2 = BV / 8 / WN2;
     int m1, n1, m2, n2;
     __device__ __forceinline__ SeqTiles() {
         const int warp = threadIdx.x >> 5;
-        m1 = (warp & 3) * 16;
-        n1 = (warp >> 2) * (BV / 2);
-        m2 = (warp % MT2) * 16;
-        n2 = (warp / MT2) * (BV / WN2);
+        if (MT1 == 2) {
+            m1 = (warp & 1) * 32;
+            n1 = (warp >> 1) * 32;
+        } else {
+            m1 = (warp & 3) * 16;
+            n1 = (warp >> 2) * (BV / 2);
+        }
+        constexpr int R2 = KP / (16 * MT2); /* row groups */
+        m2 = (warp % R2) * 16 * MT2;
+        n2 = (warp / R2) * (BV / WN2);
     }
 };
 
@@ -1022,19 +1031,24 @@ __device__ __forceinline__ void frag_store_state(float (&acc)[NT][4], float *dst
         });
 }
 
-/* acc[NT][4] += A (16 rows at m0, KD deep) x B (KD x 8*NT at n0). A: row-major [m][k] (AT false) or
- * stored transposed as [k][m] (AT true); B: stored [k][n] (BT false) or [n][k] (BT true). */
-template <int NT, bool AT, bool BT = false>
-__device__ __forceinline__ void warp_mma(float (&acc)[NT][4], const bf16_t *A, int lda, const bf16_t *B, int ldb,
-                                         int kd, int m0, int n0) {
+/* acc[MT][NT][4] += A (16 MT rows at m0, KD deep) x B (KD x 8*NT at n0). A: row-major [m][k] (AT
+ * false) or stored transposed as [k][m] (AT true); B: stored [k][n] (BT false) or [n][k] (BT true).
+ * Each B fragment serves the MT row tiles. */
+template <int MT, int NT, bool AT, bool BT = false>
+__device__ __forceinline__ void warp_mma_mt(float (&acc)[MT][NT][4], const bf16_t *A, int lda, const bf16_t *B, int ldb,
+                                            int kd, int m0, int n0) {
     const int lane = threadIdx.x & 31, mi = lane >> 3, lr = lane & 7;
 #pragma unroll 4
     for (int k0 = 0; k0 < kd; k0 += 16) {
-        uint32_t a[4];
-        if (AT)
-            ldsm_x4_t(a[0], a[1], a[2], a[3], A + (k0 + (mi >> 1) * 8 + lr) * lda + m0 + (mi & 1) * 8);
-        else
-            ldsm_x4(a[0], a[1], a[2], a[3], A + (m0 + lr + (mi & 1) * 8) * lda + k0 + (mi >> 1) * 8);
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const int m = m0 + 16 * mt;
+            if (AT)
+                ldsm_x4_t(a[mt][0], a[mt][1], a[mt][2], a[mt][3], A + (k0 + (mi >> 1) * 8 + lr) * lda + m + (mi & 1) * 8);
+            else
+                ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], A + (m + lr + (mi & 1) * 8) * lda + k0 + (mi >> 1) * 8);
+        }
 #pragma unroll
         for (int np = 0; np < NT / 2; np++) {
             uint32_t b[4];
@@ -1042,10 +1056,19 @@ __device__ __forceinline__ void warp_mma(float (&acc)[NT][4], const bf16_t *A, i
                 ldsm_x4(b[0], b[1], b[2], b[3], B + (n0 + np * 16 + (mi >> 1) * 8 + lr) * ldb + k0 + (mi & 1) * 8);
             else
                 ldsm_x4_t(b[0], b[1], b[2], b[3], B + (k0 + (mi & 1) * 8 + lr) * ldb + n0 + np * 16 + (mi >> 1) * 8);
-            mma_bf16(acc[np * 2], a[0], a[1], a[2], a[3], b[0], b[1]);
-            mma_bf16(acc[np * 2 + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_bf16(acc[mt][np * 2], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[0], b[1]);
+                mma_bf16(acc[mt][np * 2 + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[2], b[3]);
+            }
         }
     }
+}
+/* the same for one row tile: acc[NT][4] at m0 */
+template <int NT, bool AT, bool BT = false>
+__device__ __forceinline__ void warp_mma(float (&acc)[NT][4], const bf16_t *A, int lda, const bf16_t *B, int ldb,
+                                         int kd, int m0, int n0) {
+    warp_mma_mt<1, NT, AT, BT>(reinterpret_cast<float(&)[1][NT][4]>(acc), A, lda, B, ldb, kd, m0, n0);
 }
 
 /* f(r, c) for each 8-element (16-byte) piece of a ROWS x COLS bf16 tile, spread over the block */
@@ -1306,9 +1329,12 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_f
     auto Qb = [&](int b) { return Ub(b) + 64 * LDS; };
     auto Pb = [&](int b) { return Qb(b) + CTPO * LDK; };
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
-    float S[TL::NT2][4];
-    frag_load_state(S, P.h0, P, st0, v0, tl.m2, tl.n2);
-    frag_store_bf16(S, Sop, LDS, tl.m2, tl.n2);
+    float S[TL::MT2][TL::NT2][4];
+#pragma unroll
+    for (int mt = 0; mt < TL::MT2; mt++) {
+        frag_load_state(S[mt], P.h0, P, st0, v0, tl.m2 + 16 * mt, tl.n2);
+        frag_store_bf16(S[mt], Sop, LDS, tl.m2 + 16 * mt, tl.n2);
+    }
     const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
     auto prefetch = [&](int ci, int b) {
         const int64_t ch = (int64_t)ci * P.H + h;
@@ -1339,17 +1365,21 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_f
         const float gL = __expf(hd.G(b)[ck.ct - 1]);
         if (!CTPO || P.keep_hd) store_tile16<KP, BV>((bf16_t *)P.h + ch * P.sH + v0, P.VP, Sop, LDS);
         {
-            float D[TL::NT1][4];
-            frag_zero(D);
-            warp_mma<TL::NT1, false>(D, hd.W(b), LDK, Sop, LDS, KP, tl.m1, tl.n1);
+            float D[TL::MT1][TL::NT1][4];
 #pragma unroll
-            for (int nt = 0; nt < TL::NT1; nt++)
+            for (int mt = 0; mt < TL::MT1; mt++) frag_zero(D[mt]);
+            warp_mma_mt<TL::MT1, TL::NT1, false>(D, hd.W(b), LDK, Sop, LDS, KP, tl.m1, tl.n1);
 #pragma unroll
-                for (int hh = 0; hh < 2; hh++) { /* Delta = U - W h, in place of U */
-                    __nv_bfloat162 *pu = (__nv_bfloat162 *)(U + (tl.m1 + g + hh * 8) * LDS + tl.n1 + nt * 8 + 2 * tq);
-                    const float2 u = __bfloat1622float2(*pu);
-                    *pu = __floats2bfloat162_rn(u.x - D[nt][hh * 2], u.y - D[nt][hh * 2 + 1]);
-                }
+            for (int mt = 0; mt < TL::MT1; mt++)
+#pragma unroll
+                for (int nt = 0; nt < TL::NT1; nt++)
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) { /* Delta = U - W h, in place of U */
+                        __nv_bfloat162 *pu =
+                            (__nv_bfloat162 *)(U + (tl.m1 + 16 * mt + g + hh * 8) * LDS + tl.n1 + nt * 8 + 2 * tq);
+                        const float2 u = __bfloat1622float2(*pu);
+                        *pu = __floats2bfloat162_rn(u.x - D[mt][nt][hh * 2], u.y - D[mt][nt][hh * 2 + 1]);
+                    }
         }
         float O[NO][4];
         if (CTPO) { /* q h, scaled by row: h (Sop) is overwritten only after the barrier below */
@@ -1374,12 +1404,15 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_f
                 }
         }
 #pragma unroll
-        for (int i = 0; i < TL::NT2 * 4; i++) S[i >> 2][i & 3] *= gL;
-        warp_mma<TL::NT2, true>(S, hd.Kwd(b), LDK, U, LDS, 64, tl.m2, tl.n2);
-        frag_store_bf16(S, Sop, LDS, tl.m2, tl.n2); /* Sop's readers are past the barrier above */
+        for (int i = 0; i < TL::MT2 * TL::NT2 * 4; i++) S[i / (TL::NT2 * 4)][(i >> 2) % TL::NT2][i & 3] *= gL;
+        warp_mma_mt<TL::MT2, TL::NT2, true>(S, hd.Kwd(b), LDK, U, LDS, 64, tl.m2, tl.n2);
+#pragma unroll
+        for (int mt = 0; mt < TL::MT2; mt++)
+            frag_store_bf16(S[mt], Sop, LDS, tl.m2 + 16 * mt, tl.n2); /* Sop's readers are past the barrier above */
     }
     cp_wait<0>();
-    frag_store_state(S, P.ht, P, st0, v0, tl.m2, tl.n2);
+#pragma unroll
+    for (int mt = 0; mt < TL::MT2; mt++) frag_store_state(S[mt], P.ht, P, st0, v0, tl.m2 + 16 * mt, tl.n2);
 }
 
 template <int KP, int BV, int CTP> struct DhFastSmem {
@@ -1403,9 +1436,12 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
     auto Qb = [&](int b) { return dOb(b) + CTP * LDS; };
     bf16_t *nD = (bf16_t *)(smem + 2 * SM::STAGE), *dSop = nD + 64 * LDS;
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
-    float dS[TL::NT2][4];
-    frag_load_state(dS, P.dht, P, st0, v0, tl.m2, tl.n2);
-    frag_store_bf16(dS, dSop, LDS, tl.m2, tl.n2);
+    float dS[TL::MT2][TL::NT2][4];
+#pragma unroll
+    for (int mt = 0; mt < TL::MT2; mt++) {
+        frag_load_state(dS[mt], P.dht, P, st0, v0, tl.m2 + 16 * mt, tl.n2);
+        frag_store_bf16(dS[mt], dSop, LDS, tl.m2 + 16 * mt, tl.n2);
+    }
     const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
     const int64_t qstride = (int64_t)P.H * KP, ostride = (int64_t)P.H * P.V;
     auto prefetch = [&](int ci, int b, GdpChunkInfo ck) {
@@ -1435,21 +1471,28 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
             if (t < ct) scale8(Q + t * LDK + x, Q + t * LDK + x, P.scale * __expf(Gs[t]));
         });
         store_tile16<KP, BV>((bf16_t *)P.dh + ch * P.sH + v0, P.VP, dSop, LDS);
-        float acc[TL::NT1][4];
-        frag_zero(acc);
-        warp_mma<TL::NT1, true>(acc, Pb(b), LDT, dO, LDS, CTP, tl.m1, tl.n1);
-        warp_mma<TL::NT1, false>(acc, hd.Kwd(b), LDK, dSop, LDS, KP, tl.m1, tl.n1);
-        frag_each(acc, tl.m1, tl.n1, [](int, int, float &v) { v = -v; });
-        frag_store_bf16(acc, nD, LDS, tl.m1, tl.n1);
+        float acc[TL::MT1][TL::NT1][4];
+#pragma unroll
+        for (int mt = 0; mt < TL::MT1; mt++) frag_zero(acc[mt]);
+        warp_mma_mt<TL::MT1, TL::NT1, true>(acc, Pb(b), LDT, dO, LDS, CTP, tl.m1, tl.n1);
+        warp_mma_mt<TL::MT1, TL::NT1, false>(acc, hd.Kwd(b), LDK, dSop, LDS, KP, tl.m1, tl.n1);
+#pragma unroll
+        for (int mt = 0; mt < TL::MT1; mt++) {
+            frag_each(acc[mt], tl.m1 + 16 * mt, tl.n1, [](int, int, float &v) { v = -v; });
+            frag_store_bf16(acc[mt], nD, LDS, tl.m1 + 16 * mt, tl.n1);
+        }
         __syncthreads();
         store_tile16<64, BV>((bf16_t *)P.dD + ch * P.sD + v0, P.VP, nD, LDS, 0x80008000u);
 #pragma unroll
-        for (int i = 0; i < TL::NT2 * 4; i++) dS[i >> 2][i & 3] *= gL;
-        warp_mma<TL::NT2, true>(dS, Q, LDK, dO, LDS, CTP, tl.m2, tl.n2);
-        warp_mma<TL::NT2, true>(dS, hd.W(b), LDK, nD, LDS, 64, tl.m2, tl.n2);
-        frag_store_bf16(dS, dSop, LDS, tl.m2, tl.n2); /* dSop's readers (dh store, Kwd dS) are past the barrier above */
+        for (int i = 0; i < TL::MT2 * TL::NT2 * 4; i++) dS[i / (TL::NT2 * 4)][(i >> 2) % TL::NT2][i & 3] *= gL;
+        warp_mma_mt<TL::MT2, TL::NT2, true>(dS, Q, LDK, dO, LDS, CTP, tl.m2, tl.n2);
+        warp_mma_mt<TL::MT2, TL::NT2, true>(dS, hd.W(b), LDK, nD, LDS, 64, tl.m2, tl.n2);
+#pragma unroll
+        for (int mt = 0; mt < TL::MT2; mt++) /* dSop's readers (dh store, Kwd dS) are past the barrier above */
+            frag_store_bf16(dS[mt], dSop, LDS, tl.m2 + 16 * mt, tl.n2);
     }
-    frag_store_state(dS, P.dh0, P, st0, v0, tl.m2, tl.n2);
+#pragma unroll
+    for (int mt = 0; mt < TL::MT2; mt++) frag_store_state(dS[mt], P.dh0, P, st0, v0, tl.m2 + 16 * mt, tl.n2);
 }
 
 /* ---------------------------------------------------------------- 6. bwd_a: dq, dK_w, dW, gate parts */
