@@ -1338,7 +1338,7 @@ template <int KP, int BV, int CTPO> struct StateFastSmem {
 };
 
 template <int KP, int BV, int NS, int CTPO>
-__global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_fast(Params P) {
+__global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 2) k_state_fast(Params P) {
     using SM = StateFastSmem<KP, BV, CTPO>;
     using TL = SeqTiles<KP, BV>;
     constexpr int LDK = SM::LDK, LDS = SM::LDS;
@@ -2901,6 +2901,7 @@ static void (*state_fast_kernel(int KP, int bv, int ns, int ctpo))(Params) {
 #define GDP_SF(kp, b)                                                                   \
     if (KP == kp && bv == b && !ctpo) return ns == 3 ? k_state_fast<kp, b, 3, 0> : k_state_fast<kp, b, 2, 0>;
     GDP_SF(128, 128) GDP_SF(128, 64) GDP_SF(128, 32) GDP_SF(64, 128) GDP_SF(64, 64) GDP_SF(64, 32)
+    GDP_SF(256, 64) GDP_SF(256, 32) /* K 256: no output here (k_output makes it), no bv 128 (registers) */
 #undef GDP_SF
 #define GDP_SO(kp, b, c) \
     if (KP == kp && bv == b && ns == 2 && ctpo == c) return k_state_fast<kp, b, 2, c>;
@@ -2915,6 +2916,7 @@ static size_t state_fast_smem(int KP, int bv, int ns, int ctpo) {
     GDP_SS(128, 128, 0) GDP_SS(128, 64, 0) GDP_SS(128, 32, 0) GDP_SS(64, 128, 0) GDP_SS(64, 64, 0) GDP_SS(64, 32, 0)
     GDP_SS(128, 128, 16) GDP_SS(128, 128, 32) GDP_SS(128, 128, 64) GDP_SS(64, 128, 16) GDP_SS(64, 128, 32) GDP_SS(64, 128, 64)
     GDP_SS(128, 64, 32) GDP_SS(128, 64, 64) GDP_SS(64, 64, 32) GDP_SS(64, 64, 64)
+    GDP_SS(256, 64, 0) GDP_SS(256, 32, 0)
 #undef GDP_SS
     return 0;
 }
@@ -2963,14 +2965,15 @@ static int pick_fast_bv(const GdpPlan &pl, const char *env, const int *cands, in
 static void (*prep2_fast_kernel(int KP, int ctp))(Params) {
 #define GDP_PF(kp)                                                                                          \
     if (KP == kp) return ctp == 16 ? k_prep2_fast<kp, 16> : ctp == 32 ? k_prep2_fast<kp, 32> : ctp == 64 ? k_prep2_fast<kp, 64> : nullptr;
-    GDP_PF(128) GDP_PF(64)
+    GDP_PF(256) GDP_PF(128) GDP_PF(64)
 #undef GDP_PF
     return nullptr;
 }
 static size_t prep2_fast_smem(int KP, int ctp, bool split, int VP) {
 #define GDP_PS(kp, c) \
     if (KP == kp && ctp == c) return Prep2FastSmem<kp, c>::bytes(split, VP);
-    GDP_PS(128, 16) GDP_PS(128, 32) GDP_PS(128, 64) GDP_PS(64, 16) GDP_PS(64, 32) GDP_PS(64, 64)
+    GDP_PS(256, 16) GDP_PS(256, 32) GDP_PS(256, 64) GDP_PS(128, 16) GDP_PS(128, 32) GDP_PS(128, 64) GDP_PS(64, 16)
+    GDP_PS(64, 32) GDP_PS(64, 64)
 #undef GDP_PS
     return 0;
 }

@@ -339,6 +339,7 @@ static const RandCase rand_cases[] = {
     {GDP_MODE_HOUSEHOLDER, 1, 300, 2, 128, 128, 3, 1, 1, 0}, /* bf16 fast backward with 21-token chunks */
     {GDP_MODE_SPLIT, 1, 200, 1, 192, 64, 3, 1, 1, 2},
     {GDP_MODE_HOUSEHOLDER, 3, 130, 1, 64, 192, 4, 1, 0, 0},
+    {GDP_MODE_HOUSEHOLDER, 1, 400, 2, 256, 256, 3, 1, 1, 0}, /* the fast prep and state pass at K 256 */
 };
 
 static void random_case(int *failures, const RandCase *rc, uint64_t seed) {
