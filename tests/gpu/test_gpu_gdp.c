@@ -571,6 +571,24 @@ GPU_TEST(state_pass_output) {
     cases_per_env(failures, cs, GDP_ARRAY_LEN(cs), 3000, "GDP_BV_STATE", bvs, 2);
 }
 
+/* The state pass with tensor copies (GDP_STATE_TMA=1, k_state_tma: K 128, V tiles 128 and 64, with
+ * and without the output, varlen) on the shapes above; those it does not take keep k_state_fast. */
+GPU_TEST(state_pass_tma) {
+    static const RandCase cs[] = {
+        /* mode, B, T, H, K, V, n, gate, h0, nseq */
+        {GDP_MODE_HOUSEHOLDER, 2, 300, 2, 128, 128, 2, 1, 1, 0},
+        {GDP_MODE_HOUSEHOLDER, 1, 1000, 1, 128, 128, 1, 1, 1, 3},
+        {GDP_MODE_HOUSEHOLDER, 1, 300, 1, 128, 256, 3, 1, 0, 0},
+        {GDP_MODE_HOUSEHOLDER, 1, 200, 1, 128, 128, 4, 0, 1, 0},
+        {GDP_MODE_SPLIT, 1, 200, 2, 128, 128, 2, 1, 1, 2},
+        {GDP_MODE_HOUSEHOLDER, 1, 130, 2, 128, 64, 2, 1, 1, 0},
+    };
+    static const char *const bvs[2] = {"128", "64"};
+    setenv("GDP_STATE_TMA", "1", 1);
+    cases_per_env(failures, cs, GDP_ARRAY_LEN(cs), 6000, "GDP_BV_STATE", bvs, 2);
+    unsetenv("GDP_STATE_TMA");
+}
+
 /* bwd_a at K 128 runs one CTA over both K tiles (k_bwd_a_kres, picked at 16 and 32 chunk tokens)
  * or one a K tile (k_bwd_a_fast); GDP_BWD_A forces each on shapes of every chunk width (n 1 to 4),
  * V 64 and 128, both modes, varlen: against the CPU f64 path, and saving against plain forwards.
@@ -641,12 +659,15 @@ static int sanitize_main(void) {
         {GDP_MODE_SPLIT, 1, 50, 1, 128, 64, 2, 1, 1, 0},       /* the same, split mode */
         {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 2, 1, 1, 2}, /* o made by the state pass, V tile 64 */
         {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, /* the same at V tile 128 */
+        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 2, 1, 1, 2}, /* the state pass by tensor copies, V tile 64 */
+        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, /* the same at V tile 128 */
     };
-    const char *const bv_state[GDP_ARRAY_LEN(cs)] = {NULL, NULL, NULL, NULL, "64", "128"};
+    const char *const bv_state[GDP_ARRAY_LEN(cs)] = {NULL, NULL, NULL, NULL, "64", "128", "64", "128"};
     for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) {
         RandData r;
         rand_make(&cs[i], 9 + i, &r);
         if (bv_state[i]) setenv("GDP_BV_STATE", bv_state[i], 1);
+        if (i >= 6) setenv("GDP_STATE_TMA", "1", 1);
         for (int di = 0; di < 2; di++) {
             GdpDesc d = r.d;
             d.dtype = di ? GDP_BF16 : GDP_F32;
@@ -659,6 +680,7 @@ static int sanitize_main(void) {
         rand_free(&r);
     }
     unsetenv("GDP_BV_STATE");
+    unsetenv("GDP_STATE_TMA");
     printf("sanitize run: %s\n", failures ? "FAILED" : "done");
     return failures ? 1 : 0;
 }
