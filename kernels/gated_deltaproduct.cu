@@ -1052,8 +1052,8 @@ template <int ROWS> struct Swz128 {
 
 /* acc[MT][NT][4] += A (16 MT rows at m0, KD deep) x B (KD x 8*NT at n0). A: row-major [m][k] (AT
  * false) or stored transposed as [k][m] (AT true); B: stored [k][n] (BT false) or [n][k] (BT true).
- * Each B fragment serves the MT row tiles. */
-template <int MT, int NT, bool AT, bool BT = false, class VA, class VB>
+ * Each B fragment serves the MT row tiles. NB: B negated (its sign bits flipped as loaded). */
+template <int MT, int NT, bool AT, bool BT = false, bool NB = false, class VA, class VB>
 __device__ __forceinline__ void warp_mma_v(float (&acc)[MT][NT][4], VA A, VB B, int kd, int m0, int n0) {
     const int lane = threadIdx.x & 31, mi = lane >> 3, lr = lane & 7;
 #pragma unroll 4
@@ -1074,6 +1074,9 @@ __device__ __forceinline__ void warp_mma_v(float (&acc)[MT][NT][4], VA A, VB B, 
                 ldsm_x4(b[0], b[1], b[2], b[3], B.at(n0 + np * 16 + (mi >> 1) * 8 + lr, k0 + (mi & 1) * 8));
             else
                 ldsm_x4_t(b[0], b[1], b[2], b[3], B.at(k0 + (mi & 1) * 8 + lr, n0 + np * 16 + (mi >> 1) * 8));
+            if (NB)
+#pragma unroll
+                for (int i = 0; i < 4; i++) b[i] ^= 0x80008000u;
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 mma_bf16(acc[mt][np * 2], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[0], b[1]);
@@ -1665,6 +1668,130 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
         for (int mt = 0; mt < TL::MT2; mt++) /* dSop's readers (dh store, Kwd dS) are past the barrier above */
             frag_store_bf16(dS[mt], dSop, LDS, tl.m2 + 16 * mt, tl.n2);
     }
+#pragma unroll
+    for (int mt = 0; mt < TL::MT2; mt++) frag_store_state(dS[mt], P.dh0, P, st0, v0, tl.m2 + 16 * mt, tl.n2);
+}
+
+/* The dh pass with tensor copies (GDP_STATE_TMA=1, as k_state_tma): K == KP == 128, V == VP, BV 64
+ * or 128. q's and dO's boxes are Ct token rows (rows Ct..CTP-1 stay the zeros written at the start);
+ * in a sequence's last chunk the rows past its tokens are zeroed before use. nD holds dDelta itself
+ * (stored as it is by a tensor store); the dS product negates it as it loads it. */
+struct DhTmaMaps {
+    CUtensorMap W, Kwd, P, dO, q, dh, dD;
+};
+template <int KP, int BV, int CTP> struct DhTmaSmem {
+    static constexpr size_t W = (size_t)64 * KP * 2, PT = (size_t)CTP * 64 * 2, DO = (size_t)CTP * BV * 2, Q = (size_t)CTP * KP * 2;
+    static constexpr size_t STAGE = 2 * W + PT + DO + Q; /* each part a multiple of 1024 bytes */
+    static constexpr size_t ND = 2 * STAGE, DSOP = ND + (size_t)64 * BV * 2, GS = DSOP + (size_t)KP * BV * 2;
+    static constexpr size_t BAR = GS + 2 * 64 * 4, BYTES = BAR + 16 + 1024;
+};
+
+template <int KP, int BV, int CTP>
+__global__ void __launch_bounds__(NTHREADS, 1) k_dh_tma(Params P, const __grid_constant__ DhTmaMaps M) {
+    using SM = DhTmaSmem<KP, BV, CTP>;
+    using TL = SeqTiles<KP, BV>;
+    extern __shared__ __align__(1024) char smem_raw[];
+    char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H, tid = threadIdx.x, Ct = P.Ct;
+    const TL tl;
+    auto part = [&](int b, size_t off) { return (bf16_t *)(smem + b * SM::STAGE + off); };
+    auto Wb = [&](int b) { return Swz128<64>{part(b, 0)}; };
+    auto Kb = [&](int b) { return Swz128<64>{part(b, SM::W)}; };
+    auto Pb = [&](int b) { return Swz128<CTP>{part(b, 2 * SM::W)}; };
+    auto dOb = [&](int b) { return Swz128<CTP>{part(b, 2 * SM::W + SM::PT)}; };
+    auto Qb = [&](int b) { return Swz128<CTP>{part(b, 2 * SM::W + SM::PT + SM::DO)}; };
+    const Swz128<64> nD{(bf16_t *)(smem + SM::ND)};
+    const Swz128<KP> dSop{(bf16_t *)(smem + SM::DSOP)};
+    auto Gb = [&](int b) { return (float *)(smem + SM::GS) + b * 64; };
+    uint64_t *bar = (uint64_t *)(smem + SM::BAR);
+    if (tid == 0) mbar_init(bar), mbar_init(bar + 1);
+    fence_mbar_init();
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (int b = 0; b < 2; b++) { /* rows Ct..CTP-1 of q and dO, which no box writes */
+        for_pieces16<CTP, KP>([&](int t, int x) { if (t >= Ct) *(uint4 *)Qb(b).at(t, x) = zero; });
+        for_pieces16<CTP, BV>([&](int t, int x) { if (t >= Ct) *(uint4 *)dOb(b).at(t, x) = zero; });
+    }
+    const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
+    float dS[TL::MT2][TL::NT2][4];
+#pragma unroll
+    for (int mt = 0; mt < TL::MT2; mt++) {
+        frag_load_state(dS[mt], P.dht, P, st0, v0, tl.m2 + 16 * mt, tl.n2);
+        frag_store_pairs(dS[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return dSop.at(r, c); });
+    }
+    const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
+    auto prefetch = [&](int ci, int b, GdpChunkInfo ck) { /* thread 0 */
+        const int64_t ch = (int64_t)ci * P.H + h;
+        const int row = (int)(ch * 64);
+        mbar_expect_tx(bar + b, (uint32_t)(256 + 2 * SM::W + SM::PT + (size_t)Ct * (BV + KP) * 2));
+        bulk_load(Gb(b), P.G + ch * GDP_CHUNK, 256, bar + b);
+#pragma unroll
+        for (int x = 0; x < KP; x += 64) {
+            tma_load_2d(Wb(b).p + x * 64, &M.W, x, row, bar + b);
+            tma_load_2d(Kb(b).p + x * 64, &M.Kwd, x, row, bar + b);
+            tma_load_3d(Qb(b).p + x * CTP, &M.q, x, h, ck.tok0, bar + b);
+        }
+        tma_load_2d(Pb(b).p, &M.P, 0, (int)(ch * P.Ctp), bar + b);
+#pragma unroll
+        for (int x = 0; x < BV; x += 64) tma_load_3d(dOb(b).p + x * CTP, &M.dO, v0 + x, h, ck.tok0, bar + b);
+    };
+    fence_proxy_async(); /* dSop's and the zero rows' writes before the copies */
+    __syncthreads();
+    GdpChunkInfo cur = cbeg < cend ? P.chunk[cend - 1] : GdpChunkInfo{0, 0, 0, 0};
+    if (tid == 0 && cbeg < cend) prefetch(cend - 1, 0, cur);
+    GdpChunkInfo nxt = cend - 2 >= cbeg ? P.chunk[cend - 2] : cur;
+    for (int ci = cend - 1; ci >= cbeg; ci--) {
+        const int j = cend - 1 - ci, b = j & 1, ct = cur.ct;
+        if (tid == 0) bulk_wait_read(); /* the last step's dDelta store has read nD */
+        fence_proxy_async();            /* this thread's last writes (q, dO rows, nD, dSop) before the copies */
+        mbar_wait(bar + b, (j >> 1) & 1);
+        __syncthreads();
+        const int64_t ch = (int64_t)ci * P.H + h;
+        if (tid == 0) {
+            if (ci - 1 >= cbeg) prefetch(ci - 1, b ^ 1, nxt);
+#pragma unroll
+            for (int x = 0; x < BV; x += 64) tma_store_2d(&M.dh, v0 + x, (int)(ch * KP), dSop.p + x * KP);
+            bulk_commit();
+        }
+        cur = nxt;
+        if (ci - 2 >= cbeg) nxt = P.chunk[ci - 2];
+        const float *Gs = Gb(b);
+        const float gL = __expf(Gs[ct - 1]);
+        const Swz128<CTP> Q = Qb(b), dO = dOb(b);
+        for_pieces16<CTP, KP>([&](int t, int x) { /* q <- scale e^G q, rows past ct zeros (read after the second barrier) */
+            if (t < ct)
+                scale8(Q.at(t, x), Q.at(t, x), P.scale * __expf(Gs[t]));
+            else if (t < Ct)
+                *(uint4 *)Q.at(t, x) = zero;
+        });
+        if (ct < Ct) { /* a sequence's last chunk: its boxes ran into the next tokens */
+            for_pieces16<CTP, BV>([&](int t, int x) { if (t >= ct && t < Ct) *(uint4 *)dO.at(t, x) = zero; });
+            __syncthreads();
+        }
+        float acc[TL::MT1][TL::NT1][4];
+#pragma unroll
+        for (int mt = 0; mt < TL::MT1; mt++) frag_zero(acc[mt]);
+        warp_mma_v<TL::MT1, TL::NT1, true>(acc, Pb(b), dO, CTP, tl.m1, tl.n1);
+        warp_mma_v<TL::MT1, TL::NT1, false>(acc, Kb(b), dSop, KP, tl.m1, tl.n1);
+#pragma unroll
+        for (int mt = 0; mt < TL::MT1; mt++)
+            frag_store_pairs(acc[mt], tl.m1 + 16 * mt, tl.n1, [&](int r, int c) { return nD.at(r, c); });
+        fence_proxy_async();            /* nD's writes before its store */
+        if (tid == 0) bulk_wait_read(); /* dh's store has read dSop, which changes after the barrier */
+        __syncthreads();
+        if (tid == 0) {
+#pragma unroll
+            for (int x = 0; x < BV; x += 64) tma_store_2d(&M.dD, v0 + x, (int)(ch * 64), nD.p + x * 64);
+            bulk_commit();
+        }
+#pragma unroll
+        for (int i = 0; i < TL::MT2 * TL::NT2 * 4; i++) dS[i / (TL::NT2 * 4)][(i >> 2) % TL::NT2][i & 3] *= gL;
+        warp_mma_v<TL::MT2, TL::NT2, true>(dS, Q, dO, CTP, tl.m2, tl.n2);
+        warp_mma_v<TL::MT2, TL::NT2, true, false, true>(dS, Wb(b), nD, 64, tl.m2, tl.n2);
+#pragma unroll
+        for (int mt = 0; mt < TL::MT2; mt++) /* dSop's readers (dh store, Kwd dS) are past the barrier above */
+            frag_store_pairs(dS[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return dSop.at(r, c); });
+    }
+    if (tid == 0) bulk_wait_all();
 #pragma unroll
     for (int mt = 0; mt < TL::MT2; mt++) frag_store_state(dS[mt], P.dh0, P, st0, v0, tl.m2 + 16 * mt, tl.n2);
 }
@@ -3273,6 +3400,34 @@ static bool state_tma_maps(const GdpPlan &pl, const Params &P, int ctpo, StateTm
     return ok;
 }
 
+/* k_dh_tma (K 128, bv 128 or 64) and its maps */
+static void (*dh_tma_kernel(int bv, int ctp))(Params, DhTmaMaps) {
+    if (bv == 128) return ctp == 16 ? k_dh_tma<128, 128, 16> : ctp == 32 ? k_dh_tma<128, 128, 32> : ctp == 64 ? k_dh_tma<128, 128, 64> : nullptr;
+    if (bv == 64) return ctp == 16 ? k_dh_tma<128, 64, 16> : ctp == 32 ? k_dh_tma<128, 64, 32> : ctp == 64 ? k_dh_tma<128, 64, 64> : nullptr;
+    return nullptr;
+}
+static size_t dh_tma_smem(int bv, int ctp) {
+    if (bv == 128)
+        return ctp == 16 ? DhTmaSmem<128, 128, 16>::BYTES : ctp == 32 ? DhTmaSmem<128, 128, 32>::BYTES : DhTmaSmem<128, 128, 64>::BYTES;
+    return ctp == 16 ? DhTmaSmem<128, 64, 16>::BYTES : ctp == 32 ? DhTmaSmem<128, 64, 32>::BYTES : DhTmaSmem<128, 64, 64>::BYTES;
+}
+static bool dh_tma_maps(const GdpPlan &pl, const Params &P, DhTmaMaps &M) {
+    const PFN_cuTensorMapEncodeTiled_v12000 enc = tensor_map_encoder();
+    if (!enc) return false;
+    memset(&M, 0, sizeof M);
+    const cuuint64_t CH = (cuuint64_t)pl.CH, KP = (cuuint64_t)pl.KP, VP = (cuuint64_t)pl.VP, tokens = (cuuint64_t)P.B * P.T;
+    const cuuint64_t dW[2] = {KP, CH * 64}, sW[1] = {KP * 2}, dD[2] = {VP, CH * 64}, sV[1] = {VP * 2}, dH[2] = {VP, CH * KP};
+    const cuuint64_t dP[2] = {64, CH * (cuuint64_t)pl.Ctp}, sP[1] = {128};
+    const cuuint64_t dq[3] = {(cuuint64_t)P.K, (cuuint64_t)P.H, tokens}, sq[2] = {(cuuint64_t)P.K * 2, (cuuint64_t)P.H * P.K * 2};
+    const cuuint64_t dO[3] = {(cuuint64_t)P.V, (cuuint64_t)P.H, tokens}, sO[2] = {(cuuint64_t)P.V * 2, (cuuint64_t)P.H * P.V * 2};
+    const cuuint32_t b64[2] = {64, 64}, bH[2] = {64, (cuuint32_t)KP}, bP[2] = {64, (cuuint32_t)pl.Ctp};
+    const cuuint32_t bT[3] = {64, 1, (cuuint32_t)pl.Ct};
+    return encode_bf16(enc, &M.W, P.W, 2, dW, sW, b64) && encode_bf16(enc, &M.Kwd, P.Kwd, 2, dW, sW, b64) &&
+           encode_bf16(enc, &M.P, P.P, 2, dP, sP, bP) && encode_bf16(enc, &M.dO, P.d_o, 3, dO, sO, bT) &&
+           encode_bf16(enc, &M.q, P.q, 3, dq, sq, bT) && encode_bf16(enc, &M.dh, P.dh, 2, dH, sV, bH) &&
+           encode_bf16(enc, &M.dD, P.dD, 2, dD, sV, b64);
+}
+
 /* tables, prep, state: shared by the forward and the backward (which recomputes h and Delta) */
 template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan &pl, Params &P, cudaStream_t st,
                                                   int limit) {
@@ -3340,6 +3495,11 @@ template <typename IT> static GdpStatus launch_dh(const char *who, const GdpPlan
             [&](int b) { return dh_fast_smem(pl.KP, b, pl.Ctp); });
         if (bv) {
             P.bv = bv;
+            DhTmaMaps maps;
+            if (env_on("GDP_STATE_TMA") && pl.K == 128 && pl.KP == 128 && dh_tma_kernel(bv, pl.Ctp) &&
+                dh_tma_smem(bv, pl.Ctp) <= (size_t)max_smem_optin() && dh_tma_maps(pl, P, maps))
+                return launch(who, "k_dh_tma", dh_tma_kernel(bv, pl.Ctp), dim3(P.N * P.H, pl.VP / bv), dh_tma_smem(bv, pl.Ctp), st,
+                              P, maps);
             return launch(who, "k_dh_fast", dh_fast_kernel(pl.KP, bv, pl.Ctp), dim3(P.N * P.H, pl.VP / bv),
                           dh_fast_smem(pl.KP, bv, pl.Ctp), st, P);
         }

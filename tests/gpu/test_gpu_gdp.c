@@ -571,8 +571,9 @@ GPU_TEST(state_pass_output) {
     cases_per_env(failures, cs, GDP_ARRAY_LEN(cs), 3000, "GDP_BV_STATE", bvs, 2);
 }
 
-/* The state pass with tensor copies (GDP_STATE_TMA=1, k_state_tma: K 128, V tiles 128 and 64, with
- * and without the output, varlen) on the shapes above; those it does not take keep k_state_fast. */
+/* The state and dh passes with tensor copies (GDP_STATE_TMA=1, k_state_tma and k_dh_tma: K 128, V
+ * tiles 128 and 64, the state pass with and without the output, 16 to 64 chunk tokens incl. 21 of
+ * 32 at n 3, varlen) on the shapes above; those they do not take keep the fast kernels. */
 GPU_TEST(state_pass_tma) {
     static const RandCase cs[] = {
         /* mode, B, T, H, K, V, n, gate, h0, nseq */
