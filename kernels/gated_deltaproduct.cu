@@ -1050,6 +1050,18 @@ template <int ROWS> struct Swz128 {
     }
 };
 
+/* a K x V fp32 state (src; NULL: zeros) into a warp's MT row tiles at (m0, n0), and its bf16 copy
+ * into the tile view op */
+template <int MT, int NT, class View>
+__device__ __forceinline__ void state_frags_in(float (&S)[MT][NT][4], const float *src, const Params &P, int64_t st0, int v0,
+                                               int m0, int n0, View op) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        frag_load_state(S[mt], src, P, st0, v0, m0 + 16 * mt, n0);
+        frag_store_pairs(S[mt], m0 + 16 * mt, n0, [&](int r, int c) { return op.at(r, c); });
+    }
+}
+
 /* acc[MT][NT][4] += A (16 MT rows at m0, KD deep) x B (KD x 8*NT at n0). A: row-major [m][k] (AT
  * false) or stored transposed as [k][m] (AT true); B: stored [k][n] (BT false) or [n][k] (BT true).
  * Each B fragment serves the MT row tiles. NB: B negated (its sign bits flipped as loaded). */
@@ -1357,11 +1369,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_f
     auto Pb = [&](int b) { return Qb(b) + CTPO * LDK; };
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float S[TL::MT2][TL::NT2][4];
-#pragma unroll
-    for (int mt = 0; mt < TL::MT2; mt++) {
-        frag_load_state(S[mt], P.h0, P, st0, v0, tl.m2 + 16 * mt, tl.n2);
-        frag_store_bf16(S[mt], Sop, LDS, tl.m2 + 16 * mt, tl.n2);
-    }
+    state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, RowMajor{Sop, LDS});
     const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
     auto prefetch = [&](int ci, int b) {
         const int64_t ch = (int64_t)ci * P.H + h;
@@ -1485,11 +1493,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
     fence_mbar_init();
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float S[TL::MT2][TL::NT2][4];
-#pragma unroll
-    for (int mt = 0; mt < TL::MT2; mt++) {
-        frag_load_state(S[mt], P.h0, P, st0, v0, tl.m2 + 16 * mt, tl.n2);
-        frag_store_pairs(S[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return Sop.at(r, c); });
-    }
+    state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, Sop);
     const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
     auto prefetch = [&](int ci, int b) { /* thread 0 */
         const int64_t ch = (int64_t)ci * P.H + h;
@@ -1614,11 +1618,7 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
     bf16_t *nD = (bf16_t *)(smem + 2 * SM::STAGE), *dSop = nD + 64 * LDS;
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float dS[TL::MT2][TL::NT2][4];
-#pragma unroll
-    for (int mt = 0; mt < TL::MT2; mt++) {
-        frag_load_state(dS[mt], P.dht, P, st0, v0, tl.m2 + 16 * mt, tl.n2);
-        frag_store_bf16(dS[mt], dSop, LDS, tl.m2 + 16 * mt, tl.n2);
-    }
+    state_frags_in(dS, P.dht, P, st0, v0, tl.m2, tl.n2, RowMajor{dSop, LDS});
     const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
     const int64_t qstride = (int64_t)P.H * KP, ostride = (int64_t)P.H * P.V;
     auto prefetch = [&](int ci, int b, GdpChunkInfo ck) {
@@ -1713,11 +1713,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_dh_tma(Params P, const __grid_c
     }
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float dS[TL::MT2][TL::NT2][4];
-#pragma unroll
-    for (int mt = 0; mt < TL::MT2; mt++) {
-        frag_load_state(dS[mt], P.dht, P, st0, v0, tl.m2 + 16 * mt, tl.n2);
-        frag_store_pairs(dS[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return dSop.at(r, c); });
-    }
+    state_frags_in(dS, P.dht, P, st0, v0, tl.m2, tl.n2, dSop);
     const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
     auto prefetch = [&](int ci, int b, GdpChunkInfo ck) { /* thread 0 */
         const int64_t ch = (int64_t)ci * P.H + h;
