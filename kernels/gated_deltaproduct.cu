@@ -1323,6 +1323,23 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     }
 }
 
+/* o's rows t < ct of a warp's NO n8 tiles at (mo, no) of a chunk's output tile (V columns from v0) */
+template <int NO>
+__device__ __forceinline__ void store_o_frag(const Params &P, const float (&O)[NO][4], const GdpChunkInfo &ck, int h, int v0,
+                                             int mo, int no) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    bf16_t *og = (bf16_t *)P.o + ((int64_t)ck.tok0 * P.H + h) * P.V + v0;
+#pragma unroll
+    for (int nt = 0; nt < NO; nt++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int t = mo + g + hh * 8;
+            if (t < ck.ct)
+                *(__nv_bfloat162 *)(og + (int64_t)t * P.H * P.V + no + nt * 8 + 2 * tq) =
+                    __floats2bfloat162_rn(O[nt][hh * 2], O[nt][hh * 2 + 1]);
+        }
+}
+
 /* The head of a pipeline stage of the fast sequential kernels: the chunk's 64 gate floats (G), then
  * its W and Kwd tiles (64 x KP, leading dimension KP + 8); stage b starts at smem + b * STAGE. */
 template <int KP, size_t STAGE> struct SeqStageHead {
@@ -1427,16 +1444,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_f
         if (!CTPO || P.keep_hd) store_tile16<64, BV>((bf16_t *)P.D + ch * P.sD + v0, P.VP, U, LDS);
         if (CTPO) { /* + P Delta, then o's rows t < ct */
             warp_mma<NO, false>(O, Pb(b), LDT, U, LDS, 64, mo, no);
-            bf16_t *og = (bf16_t *)P.o + ((int64_t)ck.tok0 * P.H + h) * P.V + v0;
-#pragma unroll
-            for (int nt = 0; nt < NO; nt++)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const int t = mo + g + hh * 8;
-                    if (t < ck.ct)
-                        *(__nv_bfloat162 *)(og + (int64_t)t * P.H * P.V + no + nt * 8 + 2 * tq) =
-                            __floats2bfloat162_rn(O[nt][hh * 2], O[nt][hh * 2 + 1]);
-                }
+            store_o_frag(P, O, ck, h, v0, mo, no);
         }
 #pragma unroll
         for (int i = 0; i < TL::MT2 * TL::NT2 * 4; i++) S[i / (TL::NT2 * 4)][(i >> 2) % TL::NT2][i & 3] *= gL;
@@ -1573,16 +1581,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
         }
         if (CTPO) { /* + P Delta, then o's rows t < ct */
             warp_mma_v<1, NO, false>(O, Pb(b), U, 64, mo, no);
-            bf16_t *og = (bf16_t *)P.o + ((int64_t)ck.tok0 * P.H + h) * P.V + v0;
-#pragma unroll
-            for (int nt = 0; nt < NO; nt++)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const int t = mo + g + hh * 8;
-                    if (t < ck.ct)
-                        *(__nv_bfloat162 *)(og + (int64_t)t * P.H * P.V + no + nt * 8 + 2 * tq) =
-                            __floats2bfloat162_rn(O[0][nt][hh * 2], O[0][nt][hh * 2 + 1]);
-                }
+            store_o_frag(P, O[0], ck, h, v0, mo, no);
         }
 #pragma unroll
         for (int i = 0; i < TL::MT2 * TL::NT2 * 4; i++) S[i / (TL::NT2 * 4)][(i >> 2) % TL::NT2][i & 3] *= gL;
