@@ -1050,16 +1050,30 @@ template <int ROWS> struct Swz128 {
     }
 };
 
-/* a K x V fp32 state (src; NULL: zeros) into a warp's MT row tiles at (m0, n0), and its bf16 copy
- * into the tile view op */
-template <int MT, int NT, class View>
+/* The sequential passes' state, a warp's MT row tiles of 16 at (m0, n0): in from a K x V fp32 state
+ * (src; NULL: zeros) with its bf16 copy to at(r, c) (as frag_store_pairs), scaled, and out to dst */
+template <int MT, int NT, class At>
 __device__ __forceinline__ void state_frags_in(float (&S)[MT][NT][4], const float *src, const Params &P, int64_t st0, int v0,
-                                               int m0, int n0, View op) {
+                                               int m0, int n0, At at) {
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
         frag_load_state(S[mt], src, P, st0, v0, m0 + 16 * mt, n0);
-        frag_store_pairs(S[mt], m0 + 16 * mt, n0, [&](int r, int c) { return op.at(r, c); });
+        frag_store_pairs(S[mt], m0 + 16 * mt, n0, at);
     }
+}
+template <int MT, int NT> __device__ __forceinline__ void frag_scale(float (&S)[MT][NT][4], float f) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) S[mt][nt][e] *= f;
+}
+template <int MT, int NT>
+__device__ __forceinline__ void state_frags_out(float (&S)[MT][NT][4], float *dst, const Params &P, int64_t st0, int v0, int m0,
+                                                int n0) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) frag_store_state(S[mt], dst, P, st0, v0, m0 + 16 * mt, n0);
 }
 
 /* acc[MT][NT][4] += A (16 MT rows at m0, KD deep) x B (KD x 8*NT at n0). A: row-major [m][k] (AT
@@ -1386,7 +1400,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_f
     auto Pb = [&](int b) { return Qb(b) + CTPO * LDK; };
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float S[TL::MT2][TL::NT2][4];
-    state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, RowMajor{Sop, LDS});
+    state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return Sop + r * LDS + c; });
     const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
     auto prefetch = [&](int ci, int b) {
         const int64_t ch = (int64_t)ci * P.H + h;
@@ -1446,16 +1460,14 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_f
             warp_mma<NO, false>(O, Pb(b), LDT, U, LDS, 64, mo, no);
             store_o_frag(P, O, ck, h, v0, mo, no);
         }
-#pragma unroll
-        for (int i = 0; i < TL::MT2 * TL::NT2 * 4; i++) S[i / (TL::NT2 * 4)][(i >> 2) % TL::NT2][i & 3] *= gL;
+        frag_scale(S, gL);
         warp_mma_mt<TL::MT2, TL::NT2, true>(S, hd.Kwd(b), LDK, U, LDS, 64, tl.m2, tl.n2);
 #pragma unroll
         for (int mt = 0; mt < TL::MT2; mt++)
             frag_store_bf16(S[mt], Sop, LDS, tl.m2 + 16 * mt, tl.n2); /* Sop's readers are past the barrier above */
     }
     cp_wait<0>();
-#pragma unroll
-    for (int mt = 0; mt < TL::MT2; mt++) frag_store_state(S[mt], P.ht, P, st0, v0, tl.m2 + 16 * mt, tl.n2);
+    state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
 }
 
 /* The state pass with tensor copies (TMA, sm_90): a stage is ~9 box copies issued by one thread on
@@ -1501,7 +1513,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
     fence_mbar_init();
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float S[TL::MT2][TL::NT2][4];
-    state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, Sop);
+    state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return Sop.at(r, c); });
     const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
     auto prefetch = [&](int ci, int b) { /* thread 0 */
         const int64_t ch = (int64_t)ci * P.H + h;
@@ -1583,16 +1595,14 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
             warp_mma_v<1, NO, false>(O, Pb(b), U, 64, mo, no);
             store_o_frag(P, O[0], ck, h, v0, mo, no);
         }
-#pragma unroll
-        for (int i = 0; i < TL::MT2 * TL::NT2 * 4; i++) S[i / (TL::NT2 * 4)][(i >> 2) % TL::NT2][i & 3] *= gL;
+        frag_scale(S, gL);
         warp_mma_v<TL::MT2, TL::NT2, true>(S, Kb(b), U, 64, tl.m2, tl.n2);
 #pragma unroll
         for (int mt = 0; mt < TL::MT2; mt++) /* Sop's readers are past the barrier above */
             frag_store_pairs(S[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return Sop.at(r, c); });
     }
     if (tid == 0) bulk_wait_all();
-#pragma unroll
-    for (int mt = 0; mt < TL::MT2; mt++) frag_store_state(S[mt], P.ht, P, st0, v0, tl.m2 + 16 * mt, tl.n2);
+    state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
 }
 
 template <int KP, int BV, int CTP> struct DhFastSmem {
@@ -1617,7 +1627,7 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
     bf16_t *nD = (bf16_t *)(smem + 2 * SM::STAGE), *dSop = nD + 64 * LDS;
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float dS[TL::MT2][TL::NT2][4];
-    state_frags_in(dS, P.dht, P, st0, v0, tl.m2, tl.n2, RowMajor{dSop, LDS});
+    state_frags_in(dS, P.dht, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return dSop + r * LDS + c; });
     const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
     const int64_t qstride = (int64_t)P.H * KP, ostride = (int64_t)P.H * P.V;
     auto prefetch = [&](int ci, int b, GdpChunkInfo ck) {
@@ -1659,16 +1669,14 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
         }
         __syncthreads();
         store_tile16<64, BV>((bf16_t *)P.dD + ch * P.sD + v0, P.VP, nD, LDS, 0x80008000u);
-#pragma unroll
-        for (int i = 0; i < TL::MT2 * TL::NT2 * 4; i++) dS[i / (TL::NT2 * 4)][(i >> 2) % TL::NT2][i & 3] *= gL;
+        frag_scale(dS, gL);
         warp_mma_mt<TL::MT2, TL::NT2, true>(dS, Q, LDK, dO, LDS, CTP, tl.m2, tl.n2);
         warp_mma_mt<TL::MT2, TL::NT2, true>(dS, hd.W(b), LDK, nD, LDS, 64, tl.m2, tl.n2);
 #pragma unroll
         for (int mt = 0; mt < TL::MT2; mt++) /* dSop's readers (dh store, Kwd dS) are past the barrier above */
             frag_store_bf16(dS[mt], dSop, LDS, tl.m2 + 16 * mt, tl.n2);
     }
-#pragma unroll
-    for (int mt = 0; mt < TL::MT2; mt++) frag_store_state(dS[mt], P.dh0, P, st0, v0, tl.m2 + 16 * mt, tl.n2);
+    state_frags_out(dS, P.dh0, P, st0, v0, tl.m2, tl.n2);
 }
 
 /* The dh pass with tensor copies (GDP_STATE_TMA=1, as k_state_tma): K == KP == 128, V == VP, BV 64
@@ -1712,7 +1720,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_dh_tma(Params P, const __grid_c
     }
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float dS[TL::MT2][TL::NT2][4];
-    state_frags_in(dS, P.dht, P, st0, v0, tl.m2, tl.n2, dSop);
+    state_frags_in(dS, P.dht, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return dSop.at(r, c); });
     const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
     auto prefetch = [&](int ci, int b, GdpChunkInfo ck) { /* thread 0 */
         const int64_t ch = (int64_t)ci * P.H + h;
@@ -1778,8 +1786,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_dh_tma(Params P, const __grid_c
             for (int x = 0; x < BV; x += 64) tma_store_2d(&M.dD, v0 + x, (int)(ch * 64), nD.p + x * 64);
             bulk_commit();
         }
-#pragma unroll
-        for (int i = 0; i < TL::MT2 * TL::NT2 * 4; i++) dS[i / (TL::NT2 * 4)][(i >> 2) % TL::NT2][i & 3] *= gL;
+        frag_scale(dS, gL);
         warp_mma_v<TL::MT2, TL::NT2, true>(dS, Q, dO, CTP, tl.m2, tl.n2);
         warp_mma_v<TL::MT2, TL::NT2, true, false, true>(dS, Wb(b), nD, 64, tl.m2, tl.n2);
 #pragma unroll
@@ -1787,8 +1794,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_dh_tma(Params P, const __grid_c
             frag_store_pairs(dS[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return dSop.at(r, c); });
     }
     if (tid == 0) bulk_wait_all();
-#pragma unroll
-    for (int mt = 0; mt < TL::MT2; mt++) frag_store_state(dS[mt], P.dh0, P, st0, v0, tl.m2 + 16 * mt, tl.n2);
+    state_frags_out(dS, P.dh0, P, st0, v0, tl.m2, tl.n2);
 }
 
 /* ---------------------------------------------------------------- 6. bwd_a: dq, dK_w, dW, gate parts */
