@@ -24,8 +24,10 @@
  * Every gradient element is written by exactly one thread (no atomics); reductions run in a fixed
  * order, so results are deterministic. Exponentials are taken only of differences G_i - G_j with
  * j not after i, selected before exp. */
+#include <cuda.h> /* CUtensorMap */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1031,6 +1033,23 @@ __device__ __forceinline__ void frag_store_state(float (&acc)[NT][4], float *dst
         });
 }
 
+/* Views of a bf16 tile in shared memory: at(r, c) is element (r, c); c a multiple of 8 gives a
+ * 16-byte-aligned chunk of 8 consecutive columns, which is all ldmatrix needs. RowMajor: row r at
+ * p + r ld. Swz128<ROWS>: the layout of TMA's 128-byte-swizzled boxes, COLS / 64 boxes of ROWS x 64
+ * (128-byte rows) side by side, chunk j of row r stored at chunk j ^ (r & 7), base 1024-aligned;
+ * ldmatrix's 8 rows of one chunk column then fall in 8 different bank groups. */
+struct RowMajor {
+    bf16_t *p;
+    int ld;
+    __device__ __forceinline__ bf16_t *at(int r, int c) const { return p + r * ld + c; }
+};
+template <int ROWS> struct Swz128 {
+    bf16_t *p;
+    __device__ __forceinline__ bf16_t *at(int r, int c) const {
+        return p + (c >> 6) * (ROWS * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
+    }
+};
+
 /* The sequential passes' state, a warp's MT row tiles of 16 at (m0, n0): in from a K x V fp32 state
  * (src; NULL: zeros) with its bf16 copy to at(r, c) (as frag_store_pairs), scaled, and out to dst */
 template <int MT, int NT, class At>
@@ -1059,10 +1078,9 @@ __device__ __forceinline__ void state_frags_out(float (&S)[MT][NT][4], float *ds
 
 /* acc[MT][NT][4] += A (16 MT rows at m0, KD deep) x B (KD x 8*NT at n0). A: row-major [m][k] (AT
  * false) or stored transposed as [k][m] (AT true); B: stored [k][n] (BT false) or [n][k] (BT true).
- * Each B fragment serves the MT row tiles. */
-template <int MT, int NT, bool AT, bool BT = false>
-__device__ __forceinline__ void warp_mma_mt(float (&acc)[MT][NT][4], const bf16_t *A, int lda, const bf16_t *B, int ldb,
-                                            int kd, int m0, int n0) {
+ * Each B fragment serves the MT row tiles. NB: B negated (its sign bits flipped as loaded). */
+template <int MT, int NT, bool AT, bool BT = false, bool NB = false, class VA, class VB>
+__device__ __forceinline__ void warp_mma_v(float (&acc)[MT][NT][4], VA A, VB B, int kd, int m0, int n0) {
     const int lane = threadIdx.x & 31, mi = lane >> 3, lr = lane & 7;
 #pragma unroll 4
     for (int k0 = 0; k0 < kd; k0 += 16) {
@@ -1071,17 +1089,20 @@ __device__ __forceinline__ void warp_mma_mt(float (&acc)[MT][NT][4], const bf16_
         for (int mt = 0; mt < MT; mt++) {
             const int m = m0 + 16 * mt;
             if (AT)
-                ldsm_x4_t(a[mt][0], a[mt][1], a[mt][2], a[mt][3], A + (k0 + (mi >> 1) * 8 + lr) * lda + m + (mi & 1) * 8);
+                ldsm_x4_t(a[mt][0], a[mt][1], a[mt][2], a[mt][3], A.at(k0 + (mi >> 1) * 8 + lr, m + (mi & 1) * 8));
             else
-                ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], A + (m + lr + (mi & 1) * 8) * lda + k0 + (mi >> 1) * 8);
+                ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], A.at(m + lr + (mi & 1) * 8, k0 + (mi >> 1) * 8));
         }
 #pragma unroll
         for (int np = 0; np < NT / 2; np++) {
             uint32_t b[4];
             if (BT)
-                ldsm_x4(b[0], b[1], b[2], b[3], B + (n0 + np * 16 + (mi >> 1) * 8 + lr) * ldb + k0 + (mi & 1) * 8);
+                ldsm_x4(b[0], b[1], b[2], b[3], B.at(n0 + np * 16 + (mi >> 1) * 8 + lr, k0 + (mi & 1) * 8));
             else
-                ldsm_x4_t(b[0], b[1], b[2], b[3], B + (k0 + (mi & 1) * 8 + lr) * ldb + n0 + np * 16 + (mi >> 1) * 8);
+                ldsm_x4_t(b[0], b[1], b[2], b[3], B.at(k0 + (mi & 1) * 8 + lr, n0 + np * 16 + (mi >> 1) * 8));
+            if (NB)
+#pragma unroll
+                for (int i = 0; i < 4; i++) b[i] ^= 0x80008000u;
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 mma_bf16(acc[mt][np * 2], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[0], b[1]);
@@ -1089,6 +1110,12 @@ __device__ __forceinline__ void warp_mma_mt(float (&acc)[MT][NT][4], const bf16_
             }
         }
     }
+}
+/* the same on row-major tiles */
+template <int MT, int NT, bool AT, bool BT = false>
+__device__ __forceinline__ void warp_mma_mt(float (&acc)[MT][NT][4], const bf16_t *A, int lda, const bf16_t *B, int ldb,
+                                            int kd, int m0, int n0) {
+    warp_mma_v<MT, NT, AT, BT>(acc, RowMajor{(bf16_t *)A, lda}, RowMajor{(bf16_t *)B, ldb}, kd, m0, n0);
 }
 /* the same for one row tile: acc[NT][4] at m0 */
 template <int NT, bool AT, bool BT = false>
@@ -1310,6 +1337,23 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     }
 }
 
+/* o's rows t < ct of a warp's NO n8 tiles at (mo, no) of a chunk's output tile (V columns from v0) */
+template <int NO>
+__device__ __forceinline__ void store_o_frag(const Params &P, const float (&O)[NO][4], const GdpChunkInfo &ck, int h, int v0,
+                                             int mo, int no) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    bf16_t *og = (bf16_t *)P.o + ((int64_t)ck.tok0 * P.H + h) * P.V + v0;
+#pragma unroll
+    for (int nt = 0; nt < NO; nt++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int t = mo + g + hh * 8;
+            if (t < ck.ct)
+                *(__nv_bfloat162 *)(og + (int64_t)t * P.H * P.V + no + nt * 8 + 2 * tq) =
+                    __floats2bfloat162_rn(O[nt][hh * 2], O[nt][hh * 2 + 1]);
+        }
+}
+
 /* The head of a pipeline stage of the fast sequential kernels: the chunk's 64 gate floats (G), then
  * its W and Kwd tiles (64 x KP, leading dimension KP + 8); stage b starts at smem + b * STAGE. */
 template <int KP, size_t STAGE> struct SeqStageHead {
@@ -1414,16 +1458,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
         if (!CTPO || P.keep_hd) store_tile16<64, BV>((bf16_t *)P.D + ch * P.sD + v0, P.VP, U, LDS);
         if (CTPO) { /* + P Delta, then o's rows t < ct */
             warp_mma<NO, false>(O, Pb(b), LDT, U, LDS, 64, mo, no);
-            bf16_t *og = (bf16_t *)P.o + ((int64_t)ck.tok0 * P.H + h) * P.V + v0;
-#pragma unroll
-            for (int nt = 0; nt < NO; nt++)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const int t = mo + g + hh * 8;
-                    if (t < ck.ct)
-                        *(__nv_bfloat162 *)(og + (int64_t)t * P.H * P.V + no + nt * 8 + 2 * tq) =
-                            __floats2bfloat162_rn(O[nt][hh * 2], O[nt][hh * 2 + 1]);
-                }
+            store_o_frag(P, O, ck, h, v0, mo, no);
         }
         frag_scale(S, gL);
         warp_mma_mt<TL::MT2, TL::NT2, true>(S, hd.Kwd(b), LDK, U, LDS, 64, tl.m2, tl.n2);
@@ -1432,6 +1467,141 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
             frag_store_bf16(S[mt], Sop, LDS, tl.m2 + 16 * mt, tl.n2); /* Sop's readers are past the barrier above */
     }
     cp_wait<0>();
+    state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
+}
+
+/* The state pass with tensor copies (TMA, sm_90): a stage is ~9 box copies issued by one thread on
+ * one mbarrier, instead of 15 cp.async a thread (1.3k of a step's 8k clocks at K = V = 128, session
+ * 23's trace); h and Delta leave by tensor stores. Every tile is in the 128-byte-swizzled box
+ * layout (Swz128), which the fragment loads and stores address through. K == KP == 128, V == VP,
+ * BV 64 or 128; q's rows past the chunk's tokens hold the next tokens (the output scales them by 0).
+ * GDP_STATE_TMA=1 picks it (opt-in until measured). */
+struct StateTmaMaps {
+    CUtensorMap W, Kwd, U, q, P, h, D;
+};
+template <int KP, int BV, int CTPO> struct StateTmaSmem {
+    static constexpr size_t W = (size_t)64 * KP * 2, U = (size_t)64 * BV * 2, Q = (size_t)CTPO * KP * 2, PT = (size_t)CTPO * 64 * 2;
+    static constexpr size_t STAGE = 2 * W + U + Q + PT; /* each part a multiple of 1024 bytes */
+    static constexpr size_t SOP = 2 * STAGE;            /* h in bf16, KP x BV */
+    static constexpr size_t GS = SOP + (size_t)KP * BV * 2; /* G of the two stages */
+    static constexpr size_t BAR = GS + 2 * 64 * 4;      /* two mbarriers */
+    static constexpr size_t BYTES = BAR + 16 + 1024;    /* + the alignment of the base to 1024 */
+};
+
+template <int KP, int BV, int CTPO>
+__global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_tma(Params P, const __grid_constant__ StateTmaMaps M) {
+    using SM = StateTmaSmem<KP, BV, CTPO>;
+    using TL = SeqTiles<KP, BV>;
+    constexpr int MO = CTPO / 16 > 0 ? CTPO / 16 : 1, NO = CTPO ? BV / 8 / (8 / MO) : 2;
+    constexpr int QR = CTPO > 0 ? CTPO : 16;
+    extern __shared__ __align__(1024) char smem_raw[];
+    char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H, tid = threadIdx.x;
+    const int lane = tid & 31, g = lane >> 2, tq = lane & 3, warp = tid >> 5;
+    const int mo = (warp % MO) * 16, no = (warp / MO) * (NO * 8);
+    const TL tl;
+    auto part = [&](int b, size_t off) { return (bf16_t *)(smem + b * SM::STAGE + off); };
+    auto Wb = [&](int b) { return Swz128<64>{part(b, 0)}; };
+    auto Kb = [&](int b) { return Swz128<64>{part(b, SM::W)}; };
+    auto Ub = [&](int b) { return Swz128<64>{part(b, 2 * SM::W)}; };
+    auto Qb = [&](int b) { return Swz128<QR>{part(b, 2 * SM::W + SM::U)}; };
+    auto Pb = [&](int b) { return Swz128<QR>{part(b, 2 * SM::W + SM::U + SM::Q)}; };
+    const Swz128<KP> Sop{(bf16_t *)(smem + SM::SOP)};
+    auto Gb = [&](int b) { return (float *)(smem + SM::GS) + b * 64; };
+    uint64_t *bar = (uint64_t *)(smem + SM::BAR);
+    if (tid == 0) mbar_init(bar), mbar_init(bar + 1);
+    fence_mbar_init();
+    const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
+    float S[TL::MT2][TL::NT2][4];
+    state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return Sop.at(r, c); });
+    const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
+    auto prefetch = [&](int ci, int b) { /* thread 0 */
+        const int64_t ch = (int64_t)ci * P.H + h;
+        const int row = (int)(ch * 64);
+        mbar_expect_tx(bar + b, (uint32_t)(256 + 2 * SM::W + SM::U + SM::Q + SM::PT));
+        bulk_load(Gb(b), P.G + ch * GDP_CHUNK, 256, bar + b);
+#pragma unroll
+        for (int x = 0; x < KP; x += 64) {
+            tma_load_2d(Wb(b).p + x * 64, &M.W, x, row, bar + b);
+            tma_load_2d(Kb(b).p + x * 64, &M.Kwd, x, row, bar + b);
+        }
+#pragma unroll
+        for (int x = 0; x < BV; x += 64) tma_load_2d(Ub(b).p + x * 64, &M.U, v0 + x, row, bar + b);
+        if (CTPO) {
+            const GdpChunkInfo ck = P.chunk[ci];
+#pragma unroll
+            for (int x = 0; x < KP; x += 64) tma_load_3d(Qb(b).p + x * QR, &M.q, x, h, ck.tok0, bar + b);
+            tma_load_2d(Pb(b).p, &M.P, 0, (int)(ch * P.Ctp), bar + b);
+        }
+    };
+    fence_proxy_async(); /* Sop's first writes before the first h store */
+    __syncthreads();     /* the barriers' init */
+    if (tid == 0 && cbeg < cend) prefetch(cbeg, 0);
+    GdpChunkInfo ck_next = cbeg < cend ? P.chunk[cbeg] : GdpChunkInfo{0, 0, 0, 0};
+    const bool store_hd = !CTPO || P.keep_hd;
+    for (int ci = cbeg; ci < cend; ci++) {
+        const int it = ci - cbeg, b = it & 1;
+        const GdpChunkInfo ck = ck_next;
+        if (ci + 1 < cend) ck_next = P.chunk[ci + 1];
+        if (tid == 0) bulk_wait_read(); /* the last step's Delta store has read buffer b ^ 1 */
+        fence_proxy_async();            /* this thread's last writes (Delta, Sop) before the copies that follow */
+        mbar_wait(bar + b, (it >> 1) & 1);
+        __syncthreads(); /* chunk ci's tiles and Sop are visible; buffer b ^ 1 is free */
+        const int64_t ch = (int64_t)ci * P.H + h;
+        if (tid == 0) {
+            if (ci + 1 < cend) prefetch(ci + 1, b ^ 1);
+            if (store_hd) {
+#pragma unroll
+                for (int x = 0; x < BV; x += 64) tma_store_2d(&M.h, v0 + x, (int)(ch * KP), Sop.p + x * KP);
+                bulk_commit();
+            }
+        }
+        const Swz128<64> U = Ub(b);
+        const float gL = __expf(Gb(b)[ck.ct - 1]);
+        {
+            float D[TL::MT1][TL::NT1][4];
+#pragma unroll
+            for (int mt = 0; mt < TL::MT1; mt++) frag_zero(D[mt]);
+            warp_mma_v<TL::MT1, TL::NT1, false>(D, Wb(b), Sop, KP, tl.m1, tl.n1);
+#pragma unroll
+            for (int mt = 0; mt < TL::MT1; mt++)
+#pragma unroll
+                for (int nt = 0; nt < TL::NT1; nt++)
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) { /* Delta = U - W h, in place of U */
+                        __nv_bfloat162 *pu = (__nv_bfloat162 *)U.at(tl.m1 + 16 * mt + g + hh * 8, tl.n1 + nt * 8 + 2 * tq);
+                        const float2 u = __bfloat1622float2(*pu);
+                        *pu = __floats2bfloat162_rn(u.x - D[mt][nt][hh * 2], u.y - D[mt][nt][hh * 2 + 1]);
+                    }
+        }
+        float O[1][NO][4];
+        if (CTPO) { /* q h, scaled by row: h (Sop) is overwritten only after the barrier below */
+            frag_zero(O[0]);
+            warp_mma_v<1, NO, false>(O, Qb(b), Sop, KP, mo, no);
+            const float *G = Gb(b);
+            frag_each(O[0], mo, no, [&](int t, int, float &v) { v *= t < ck.ct ? P.scale * __expf(G[t]) : 0.f; });
+        }
+        if (store_hd) {
+            fence_proxy_async();            /* Delta's writes before its store */
+            if (tid == 0) bulk_wait_read(); /* h's store has read Sop, which changes after the barrier */
+        }
+        __syncthreads();
+        if (store_hd && tid == 0) {
+#pragma unroll
+            for (int x = 0; x < BV; x += 64) tma_store_2d(&M.D, v0 + x, (int)(ch * 64), U.p + x * 64);
+            bulk_commit();
+        }
+        if (CTPO) { /* + P Delta, then o's rows t < ct */
+            warp_mma_v<1, NO, false>(O, Pb(b), U, 64, mo, no);
+            store_o_frag(P, O[0], ck, h, v0, mo, no);
+        }
+        frag_scale(S, gL);
+        warp_mma_v<TL::MT2, TL::NT2, true>(S, Kb(b), U, 64, tl.m2, tl.n2);
+#pragma unroll
+        for (int mt = 0; mt < TL::MT2; mt++) /* Sop's readers are past the barrier above */
+            frag_store_pairs(S[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return Sop.at(r, c); });
+    }
+    if (tid == 0) bulk_wait_all();
     state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
 }
 
@@ -1506,6 +1676,124 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
         for (int mt = 0; mt < TL::MT2; mt++) /* dSop's readers (dh store, Kwd dS) are past the barrier above */
             frag_store_bf16(dS[mt], dSop, LDS, tl.m2 + 16 * mt, tl.n2);
     }
+    state_frags_out(dS, P.dh0, P, st0, v0, tl.m2, tl.n2);
+}
+
+/* The dh pass with tensor copies (GDP_STATE_TMA=1, as k_state_tma): K == KP == 128, V == VP, BV 64
+ * or 128. q's and dO's boxes are Ct token rows (rows Ct..CTP-1 stay the zeros written at the start);
+ * in a sequence's last chunk the rows past its tokens are zeroed before use. nD holds dDelta itself
+ * (stored as it is by a tensor store); the dS product negates it as it loads it. */
+struct DhTmaMaps {
+    CUtensorMap W, Kwd, P, dO, q, dh, dD;
+};
+template <int KP, int BV, int CTP> struct DhTmaSmem {
+    static constexpr size_t W = (size_t)64 * KP * 2, PT = (size_t)CTP * 64 * 2, DO = (size_t)CTP * BV * 2, Q = (size_t)CTP * KP * 2;
+    static constexpr size_t STAGE = 2 * W + PT + DO + Q; /* each part a multiple of 1024 bytes */
+    static constexpr size_t ND = 2 * STAGE, DSOP = ND + (size_t)64 * BV * 2, GS = DSOP + (size_t)KP * BV * 2;
+    static constexpr size_t BAR = GS + 2 * 64 * 4, BYTES = BAR + 16 + 1024;
+};
+
+template <int KP, int BV, int CTP>
+__global__ void __launch_bounds__(NTHREADS, 1) k_dh_tma(Params P, const __grid_constant__ DhTmaMaps M) {
+    using SM = DhTmaSmem<KP, BV, CTP>;
+    using TL = SeqTiles<KP, BV>;
+    extern __shared__ __align__(1024) char smem_raw[];
+    char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H, tid = threadIdx.x, Ct = P.Ct;
+    const TL tl;
+    auto part = [&](int b, size_t off) { return (bf16_t *)(smem + b * SM::STAGE + off); };
+    auto Wb = [&](int b) { return Swz128<64>{part(b, 0)}; };
+    auto Kb = [&](int b) { return Swz128<64>{part(b, SM::W)}; };
+    auto Pb = [&](int b) { return Swz128<CTP>{part(b, 2 * SM::W)}; };
+    auto dOb = [&](int b) { return Swz128<CTP>{part(b, 2 * SM::W + SM::PT)}; };
+    auto Qb = [&](int b) { return Swz128<CTP>{part(b, 2 * SM::W + SM::PT + SM::DO)}; };
+    const Swz128<64> nD{(bf16_t *)(smem + SM::ND)};
+    const Swz128<KP> dSop{(bf16_t *)(smem + SM::DSOP)};
+    auto Gb = [&](int b) { return (float *)(smem + SM::GS) + b * 64; };
+    uint64_t *bar = (uint64_t *)(smem + SM::BAR);
+    if (tid == 0) mbar_init(bar), mbar_init(bar + 1);
+    fence_mbar_init();
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (int b = 0; b < 2; b++) { /* rows Ct..CTP-1 of q and dO, which no box writes */
+        for_pieces16<CTP, KP>([&](int t, int x) { if (t >= Ct) *(uint4 *)Qb(b).at(t, x) = zero; });
+        for_pieces16<CTP, BV>([&](int t, int x) { if (t >= Ct) *(uint4 *)dOb(b).at(t, x) = zero; });
+    }
+    const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
+    float dS[TL::MT2][TL::NT2][4];
+    state_frags_in(dS, P.dht, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return dSop.at(r, c); });
+    const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
+    auto prefetch = [&](int ci, int b, GdpChunkInfo ck) { /* thread 0 */
+        const int64_t ch = (int64_t)ci * P.H + h;
+        const int row = (int)(ch * 64);
+        mbar_expect_tx(bar + b, (uint32_t)(256 + 2 * SM::W + SM::PT + (size_t)Ct * (BV + KP) * 2));
+        bulk_load(Gb(b), P.G + ch * GDP_CHUNK, 256, bar + b);
+#pragma unroll
+        for (int x = 0; x < KP; x += 64) {
+            tma_load_2d(Wb(b).p + x * 64, &M.W, x, row, bar + b);
+            tma_load_2d(Kb(b).p + x * 64, &M.Kwd, x, row, bar + b);
+            tma_load_3d(Qb(b).p + x * CTP, &M.q, x, h, ck.tok0, bar + b);
+        }
+        tma_load_2d(Pb(b).p, &M.P, 0, (int)(ch * P.Ctp), bar + b);
+#pragma unroll
+        for (int x = 0; x < BV; x += 64) tma_load_3d(dOb(b).p + x * CTP, &M.dO, v0 + x, h, ck.tok0, bar + b);
+    };
+    fence_proxy_async(); /* dSop's and the zero rows' writes before the copies */
+    __syncthreads();
+    GdpChunkInfo cur = cbeg < cend ? P.chunk[cend - 1] : GdpChunkInfo{0, 0, 0, 0};
+    if (tid == 0 && cbeg < cend) prefetch(cend - 1, 0, cur);
+    GdpChunkInfo nxt = cend - 2 >= cbeg ? P.chunk[cend - 2] : cur;
+    for (int ci = cend - 1; ci >= cbeg; ci--) {
+        const int j = cend - 1 - ci, b = j & 1, ct = cur.ct;
+        if (tid == 0) bulk_wait_read(); /* the last step's dDelta store has read nD */
+        fence_proxy_async();            /* this thread's last writes (q, dO rows, nD, dSop) before the copies */
+        mbar_wait(bar + b, (j >> 1) & 1);
+        __syncthreads();
+        const int64_t ch = (int64_t)ci * P.H + h;
+        if (tid == 0) {
+            if (ci - 1 >= cbeg) prefetch(ci - 1, b ^ 1, nxt);
+#pragma unroll
+            for (int x = 0; x < BV; x += 64) tma_store_2d(&M.dh, v0 + x, (int)(ch * KP), dSop.p + x * KP);
+            bulk_commit();
+        }
+        cur = nxt;
+        if (ci - 2 >= cbeg) nxt = P.chunk[ci - 2];
+        const float *Gs = Gb(b);
+        const float gL = __expf(Gs[ct - 1]);
+        const Swz128<CTP> Q = Qb(b), dO = dOb(b);
+        for_pieces16<CTP, KP>([&](int t, int x) { /* q <- scale e^G q, rows past ct zeros (read after the second barrier) */
+            if (t < ct)
+                scale8(Q.at(t, x), Q.at(t, x), P.scale * __expf(Gs[t]));
+            else if (t < Ct)
+                *(uint4 *)Q.at(t, x) = zero;
+        });
+        if (ct < Ct) { /* a sequence's last chunk: its boxes ran into the next tokens */
+            for_pieces16<CTP, BV>([&](int t, int x) { if (t >= ct && t < Ct) *(uint4 *)dO.at(t, x) = zero; });
+            __syncthreads();
+        }
+        float acc[TL::MT1][TL::NT1][4];
+#pragma unroll
+        for (int mt = 0; mt < TL::MT1; mt++) frag_zero(acc[mt]);
+        warp_mma_v<TL::MT1, TL::NT1, true>(acc, Pb(b), dO, CTP, tl.m1, tl.n1);
+        warp_mma_v<TL::MT1, TL::NT1, false>(acc, Kb(b), dSop, KP, tl.m1, tl.n1);
+#pragma unroll
+        for (int mt = 0; mt < TL::MT1; mt++)
+            frag_store_pairs(acc[mt], tl.m1 + 16 * mt, tl.n1, [&](int r, int c) { return nD.at(r, c); });
+        fence_proxy_async();            /* nD's writes before its store */
+        if (tid == 0) bulk_wait_read(); /* dh's store has read dSop, which changes after the barrier */
+        __syncthreads();
+        if (tid == 0) {
+#pragma unroll
+            for (int x = 0; x < BV; x += 64) tma_store_2d(&M.dD, v0 + x, (int)(ch * 64), nD.p + x * 64);
+            bulk_commit();
+        }
+        frag_scale(dS, gL);
+        warp_mma_v<TL::MT2, TL::NT2, true>(dS, Q, dO, CTP, tl.m2, tl.n2);
+        warp_mma_v<TL::MT2, TL::NT2, true, false, true>(dS, Wb(b), nD, 64, tl.m2, tl.n2);
+#pragma unroll
+        for (int mt = 0; mt < TL::MT2; mt++) /* dSop's readers (dh store, Kwd dS) are past the barrier above */
+            frag_store_pairs(dS[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return dSop.at(r, c); });
+    }
+    if (tid == 0) bulk_wait_all();
     state_frags_out(dS, P.dh0, P, st0, v0, tl.m2, tl.n2);
 }
 
@@ -2780,8 +3068,9 @@ static bool profiling() {
     return e && *e && *e != '0';
 }
 
-template <typename K> static GdpStatus launch(const char *who, const char *name, K kernel, dim3 grid, size_t smem,
-                                              cudaStream_t st, const Params &P) {
+template <typename K, typename... Extra>
+static GdpStatus launch(const char *who, const char *name, K kernel, dim3 grid, size_t smem, cudaStream_t st, const Params &P,
+                        const Extra &...extra) {
     if (grid.x == 0 || grid.y == 0 || grid.z == 0) return GDP_OK;
     static_assert(sizeof(size_t) >= 8, "64-bit host");
     int limit = max_smem_optin();
@@ -2802,7 +3091,7 @@ template <typename K> static GdpStatus launch(const char *who, const char *name,
         GDP_CU(cudaEventCreate(&e1));
         GDP_CU(cudaEventRecord(e0, st));
     }
-    kernel<<<grid, NTHREADS, smem, st>>>(P);
+    kernel<<<grid, NTHREADS, smem, st>>>(P, extra...);
     GDP_CU(cudaGetLastError());
     if (prof) {
         GDP_CU(cudaEventRecord(e1, st));
@@ -3062,6 +3351,87 @@ static void fill_params(const GdpDesc *d, const GdpPlan &pl, void *ws, void *scr
     P.sD = pl.sD;
 }
 
+/* k_state_tma (K 128, bv 128 or 64, the output at ctpo chunk tokens or none) and its shared memory */
+static void (*state_tma_kernel(int bv, int ctpo))(Params, StateTmaMaps) {
+    if (bv == 128)
+        return ctpo == 16 ? k_state_tma<128, 128, 16> : ctpo == 32 ? k_state_tma<128, 128, 32> : ctpo == 64 ? k_state_tma<128, 128, 64> : k_state_tma<128, 128, 0>;
+    if (bv == 64) return ctpo == 32 ? k_state_tma<128, 64, 32> : ctpo == 64 ? k_state_tma<128, 64, 64> : ctpo == 0 ? k_state_tma<128, 64, 0> : nullptr;
+    return nullptr;
+}
+static size_t state_tma_smem(int bv, int ctpo) {
+    if (bv == 128)
+        return ctpo == 16 ? StateTmaSmem<128, 128, 16>::BYTES : ctpo == 32 ? StateTmaSmem<128, 128, 32>::BYTES
+             : ctpo == 64 ? StateTmaSmem<128, 128, 64>::BYTES : StateTmaSmem<128, 128, 0>::BYTES;
+    return ctpo == 32 ? StateTmaSmem<128, 64, 32>::BYTES : ctpo == 64 ? StateTmaSmem<128, 64, 64>::BYTES : StateTmaSmem<128, 64, 0>::BYTES;
+}
+/* cuTensorMapEncodeTiled through the runtime (no link against the driver library); null if absent */
+static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+    void *fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+        return nullptr;
+    return (PFN_cuTensorMapEncodeTiled_v12000)fn;
+}
+/* a bf16 tensor (rank 2 or 3; dims innermost first, the outer dims' strides in bytes) read and written
+ * as boxes of 128-byte rows, swizzled (Swz128) */
+static bool encode_bf16(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *m, const void *base, int rank,
+                        const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box) {
+    const cuuint32_t es[3] = {1, 1, 1};
+    return enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, (cuuint32_t)rank, (void *)base, dims, strides, box, es,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+/* the maps of k_state_tma for this call's workspace and q; false where one cannot be made */
+static bool state_tma_maps(const GdpPlan &pl, const Params &P, int ctpo, StateTmaMaps &M) {
+    const PFN_cuTensorMapEncodeTiled_v12000 enc = tensor_map_encoder();
+    if (!enc) return false;
+    memset(&M, 0, sizeof M);
+    const cuuint64_t CH = (cuuint64_t)pl.CH, KP = (cuuint64_t)pl.KP, VP = (cuuint64_t)pl.VP;
+    const cuuint64_t dW[2] = {KP, CH * 64}, sW[1] = {KP * 2}, dU[2] = {VP, CH * 64}, sU[1] = {VP * 2};
+    const cuuint64_t dH[2] = {VP, CH * KP};
+    const cuuint32_t b64[2] = {64, 64}, bH[2] = {64, (cuuint32_t)KP};
+    bool ok = encode_bf16(enc, &M.W, P.W, 2, dW, sW, b64) && encode_bf16(enc, &M.Kwd, P.Kwd, 2, dW, sW, b64) &&
+              encode_bf16(enc, &M.U, P.U, 2, dU, sU, b64) && encode_bf16(enc, &M.h, P.h, 2, dH, sU, bH) &&
+              encode_bf16(enc, &M.D, P.D, 2, dU, sU, b64);
+    if (ok && ctpo) {
+        const cuuint64_t dq[3] = {(cuuint64_t)P.K, (cuuint64_t)P.H, (cuuint64_t)P.B * P.T};
+        const cuuint64_t sq[2] = {(cuuint64_t)P.K * 2, (cuuint64_t)P.H * P.K * 2};
+        const cuuint64_t dP[2] = {64, CH * (cuuint64_t)pl.Ctp}, sP[1] = {128};
+        const cuuint32_t bq[3] = {64, 1, (cuuint32_t)ctpo}, bP[2] = {64, (cuuint32_t)ctpo};
+        ok = encode_bf16(enc, &M.q, P.q, 3, dq, sq, bq) && encode_bf16(enc, &M.P, P.P, 2, dP, sP, bP);
+    }
+    return ok;
+}
+
+/* k_dh_tma (K 128, bv 128 or 64) and its maps */
+static void (*dh_tma_kernel(int bv, int ctp))(Params, DhTmaMaps) {
+    if (bv == 128) return ctp == 16 ? k_dh_tma<128, 128, 16> : ctp == 32 ? k_dh_tma<128, 128, 32> : ctp == 64 ? k_dh_tma<128, 128, 64> : nullptr;
+    if (bv == 64) return ctp == 16 ? k_dh_tma<128, 64, 16> : ctp == 32 ? k_dh_tma<128, 64, 32> : ctp == 64 ? k_dh_tma<128, 64, 64> : nullptr;
+    return nullptr;
+}
+static size_t dh_tma_smem(int bv, int ctp) {
+    if (bv == 128)
+        return ctp == 16 ? DhTmaSmem<128, 128, 16>::BYTES : ctp == 32 ? DhTmaSmem<128, 128, 32>::BYTES : DhTmaSmem<128, 128, 64>::BYTES;
+    return ctp == 16 ? DhTmaSmem<128, 64, 16>::BYTES : ctp == 32 ? DhTmaSmem<128, 64, 32>::BYTES : DhTmaSmem<128, 64, 64>::BYTES;
+}
+static bool dh_tma_maps(const GdpPlan &pl, const Params &P, DhTmaMaps &M) {
+    const PFN_cuTensorMapEncodeTiled_v12000 enc = tensor_map_encoder();
+    if (!enc) return false;
+    memset(&M, 0, sizeof M);
+    const cuuint64_t CH = (cuuint64_t)pl.CH, KP = (cuuint64_t)pl.KP, VP = (cuuint64_t)pl.VP, tokens = (cuuint64_t)P.B * P.T;
+    const cuuint64_t dW[2] = {KP, CH * 64}, sW[1] = {KP * 2}, dD[2] = {VP, CH * 64}, sV[1] = {VP * 2}, dH[2] = {VP, CH * KP};
+    const cuuint64_t dP[2] = {64, CH * (cuuint64_t)pl.Ctp}, sP[1] = {128};
+    const cuuint64_t dq[3] = {(cuuint64_t)P.K, (cuuint64_t)P.H, tokens}, sq[2] = {(cuuint64_t)P.K * 2, (cuuint64_t)P.H * P.K * 2};
+    const cuuint64_t dO[3] = {(cuuint64_t)P.V, (cuuint64_t)P.H, tokens}, sO[2] = {(cuuint64_t)P.V * 2, (cuuint64_t)P.H * P.V * 2};
+    const cuuint32_t b64[2] = {64, 64}, bH[2] = {64, (cuuint32_t)KP}, bP[2] = {64, (cuuint32_t)pl.Ctp};
+    const cuuint32_t bT[3] = {64, 1, (cuuint32_t)pl.Ct};
+    return encode_bf16(enc, &M.W, P.W, 2, dW, sW, b64) && encode_bf16(enc, &M.Kwd, P.Kwd, 2, dW, sW, b64) &&
+           encode_bf16(enc, &M.P, P.P, 2, dP, sP, bP) && encode_bf16(enc, &M.dO, P.d_o, 3, dO, sO, bT) &&
+           encode_bf16(enc, &M.q, P.q, 3, dq, sq, bT) && encode_bf16(enc, &M.dh, P.dh, 2, dH, sV, bH) &&
+           encode_bf16(enc, &M.dD, P.dD, 2, dD, sV, b64);
+}
+
 /* tables, prep, state: shared by the forward and the backward (which recomputes h and Delta) */
 template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan &pl, Params &P, cudaStream_t st,
                                                   int limit) {
@@ -3107,6 +3477,12 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
                              ? pl.Ctp
                              : 0;
         P.fast_out = ctpo != 0;
+        StateTmaMaps maps;
+        if (env_on("GDP_STATE_TMA") && pl.K == 128 && pl.KP == 128 && pl.V == pl.VP && P.veck && ns == 2 &&
+            state_tma_kernel(fast_bv, ctpo) && state_tma_smem(fast_bv, ctpo) <= (size_t)limit &&
+            state_tma_maps(pl, P, ctpo, maps))
+            return launch(who, "k_state_tma", state_tma_kernel(fast_bv, ctpo), dim3(P.N * P.H, pl.VP / fast_bv),
+                          state_tma_smem(fast_bv, ctpo), st, P, maps);
         return launch(who, "k_state_fast", state_fast_kernel(pl.KP, fast_bv, ns, ctpo), dim3(P.N * P.H, pl.VP / fast_bv),
                       state_fast_smem(pl.KP, fast_bv, ns, ctpo), st, P);
     }
@@ -3123,6 +3499,11 @@ template <typename IT> static GdpStatus launch_dh(const char *who, const GdpPlan
             [&](int b) { return dh_fast_smem(pl.KP, b, pl.Ctp); });
         if (bv) {
             P.bv = bv;
+            DhTmaMaps maps;
+            if (env_on("GDP_STATE_TMA") && pl.K == 128 && pl.KP == 128 && dh_tma_kernel(bv, pl.Ctp) &&
+                dh_tma_smem(bv, pl.Ctp) <= (size_t)max_smem_optin() && dh_tma_maps(pl, P, maps))
+                return launch(who, "k_dh_tma", dh_tma_kernel(bv, pl.Ctp), dim3(P.N * P.H, pl.VP / bv), dh_tma_smem(bv, pl.Ctp), st,
+                              P, maps);
             return launch(who, "k_dh_fast", dh_fast_kernel(pl.KP, bv, pl.Ctp), dim3(P.N * P.H, pl.VP / bv),
                           dh_fast_smem(pl.KP, bv, pl.Ctp), st, P);
         }

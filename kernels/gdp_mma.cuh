@@ -248,6 +248,64 @@ __device__ __forceinline__ void cp_async16(void *s, const void *g) {
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+/* Bulk copies (sm_90: the copy engine moves whole rows; no thread issues 16-byte pieces) with an
+ * mbarrier per buffer. A phase of the barrier completes when its one arrival (mbar_expect_tx, by
+ * one thread, with the phase's total bytes) is made and every copy counted to it has landed. */
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t *bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+    asm volatile("{\n\t.reg .pred p;\nGDP_MBAR_WAIT_%=:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+                 "@!p bra GDP_MBAR_WAIT_%=;\n}\n" ::"r"(smem_addr(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+/* global -> shared, bytes a multiple of 16, both addresses 16-byte aligned; completes on bar */
+__device__ __forceinline__ void bulk_load(void *s, const void *g, uint32_t bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_addr(s)),
+                 "l"(g), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+/* shared -> global; the issuing thread's bulk_commit / bulk_wait_read say when the source may change */
+__device__ __forceinline__ void bulk_store(void *g, const void *s, uint32_t bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(g), "r"(smem_addr(s)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+/* after mbar_init, before any copy completes on the barriers */
+__device__ __forceinline__ void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+/* Tensor copies (TMA): a box of a tensor map (a CUtensorMap in parameter, constant or global memory)
+ * to or from shared memory; with CU_TENSOR_MAP_SWIZZLE_128B the box's 128-byte rows have their
+ * 16-byte chunks XOR-permuted by row % 8 (see Swz128 in gated_deltaproduct.cu), base 1024-aligned. */
+__device__ __forceinline__ void tma_load_2d(void *s, const void *map, int x, int y, uint64_t *bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+                     smem_addr(s)),
+                 "l"(map), "r"(x), "r"(y), "r"(smem_addr(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(void *s, const void *map, int x, int y, int z, uint64_t *bar) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+                     smem_addr(s)),
+                 "l"(map), "r"(x), "r"(y), "r"(z), "r"(smem_addr(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void tma_store_2d(const void *map, int x, int y, const void *s) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(map), "r"(x), "r"(y),
+                 "r"(smem_addr(s))
+                 : "memory");
+}
+/* orders this thread's ordinary shared-memory accesses before later bulk copies (the copy engine is
+ * another proxy): after writing what a bulk store reads, or before a bulk load overwrites it */
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
 /* Two-buffer cp.async pipeline: start the next stage's copies (when there is a next stage) into the
  * other buffer, then wait until only those are in flight, i.e. this stage's copies have landed (a
  * barrier then makes them visible to the block). */

@@ -557,19 +557,31 @@ GPU_TEST(saved_forward_matches_recompute) { saved_vs_plain(failures, rand_cases,
  * an SM; the tile picker takes 128 only for many heads (H 16 at B 8), so these shapes force each:
  * against the CPU f64 path, and saving against plain forwards (h and Delta are then stored too; o
  * must not change). V 100 and K 100 (padded tiles) must take k_output instead. */
+static const RandCase state_cases[] = {
+    /* mode, B, T, H, K, V, n, gate, h0, nseq */
+    {GDP_MODE_HOUSEHOLDER, 2, 300, 2, 128, 128, 2, 1, 1, 0},
+    {GDP_MODE_HOUSEHOLDER, 1, 1000, 1, 64, 128, 1, 1, 1, 3},
+    {GDP_MODE_HOUSEHOLDER, 1, 300, 1, 128, 256, 3, 1, 0, 0},
+    {GDP_MODE_HOUSEHOLDER, 1, 200, 1, 128, 128, 4, 0, 1, 0},
+    {GDP_MODE_SPLIT, 1, 200, 2, 128, 128, 2, 1, 1, 2},
+    {GDP_MODE_HOUSEHOLDER, 2, 65, 1, 128, 100, 1, 1, 1, 0},
+    {GDP_MODE_SPLIT, 1, 65, 1, 100, 128, 2, 1, 0, 0},
+    /* added after the others so that their seeds stay */
+    {GDP_MODE_HOUSEHOLDER, 1, 1000, 1, 128, 128, 1, 1, 1, 3},
+    {GDP_MODE_HOUSEHOLDER, 1, 130, 2, 128, 64, 2, 1, 1, 0},
+};
+static const char *const state_bvs[2] = {"128", "64"};
 GPU_TEST(state_pass_output) {
-    static const RandCase cs[] = {
-        /* mode, B, T, H, K, V, n, gate, h0, nseq */
-        {GDP_MODE_HOUSEHOLDER, 2, 300, 2, 128, 128, 2, 1, 1, 0},
-        {GDP_MODE_HOUSEHOLDER, 1, 1000, 1, 64, 128, 1, 1, 1, 3},
-        {GDP_MODE_HOUSEHOLDER, 1, 300, 1, 128, 256, 3, 1, 0, 0},
-        {GDP_MODE_HOUSEHOLDER, 1, 200, 1, 128, 128, 4, 0, 1, 0},
-        {GDP_MODE_SPLIT, 1, 200, 2, 128, 128, 2, 1, 1, 2},
-        {GDP_MODE_HOUSEHOLDER, 2, 65, 1, 128, 100, 1, 1, 1, 0},
-        {GDP_MODE_SPLIT, 1, 65, 1, 100, 128, 2, 1, 0, 0},
-    };
-    static const char *const bvs[2] = {"128", "64"};
-    cases_per_env(failures, cs, GDP_ARRAY_LEN(cs), 3000, "GDP_BV_STATE", bvs, 2);
+    cases_per_env(failures, state_cases, GDP_ARRAY_LEN(state_cases), 3000, "GDP_BV_STATE", state_bvs, 2);
+}
+
+/* The state and dh passes with tensor copies (GDP_STATE_TMA=1, k_state_tma and k_dh_tma: K 128, V
+ * tiles 128 and 64, the state pass with and without the output, 16 to 64 chunk tokens incl. 21 of
+ * 32 at n 3, varlen) on the same shapes; those they do not take (K or V 100) keep the other kernels. */
+GPU_TEST(state_pass_tma) {
+    setenv("GDP_STATE_TMA", "1", 1);
+    cases_per_env(failures, state_cases, GDP_ARRAY_LEN(state_cases), 6000, "GDP_BV_STATE", state_bvs, 2);
+    unsetenv("GDP_STATE_TMA");
 }
 
 /* bwd_a at K 128 runs one CTA over both K tiles (k_bwd_a_kres, picked at 16 and 32 chunk tokens)
@@ -642,12 +654,15 @@ static int sanitize_main(void) {
         {GDP_MODE_SPLIT, 1, 50, 1, 128, 64, 2, 1, 1, 0},       /* the same, split mode */
         {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 2, 1, 1, 2}, /* o made by the state pass, V tile 64 */
         {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, /* the same at V tile 128 */
+        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 2, 1, 1, 2}, /* the state pass by tensor copies, V tile 64 */
+        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, /* the same at V tile 128 */
     };
-    const char *const bv_state[GDP_ARRAY_LEN(cs)] = {NULL, NULL, NULL, NULL, "64", "128"};
+    const char *const bv_state[GDP_ARRAY_LEN(cs)] = {NULL, NULL, NULL, NULL, "64", "128", "64", "128"};
     for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) {
         RandData r;
         rand_make(&cs[i], 9 + i, &r);
         if (bv_state[i]) setenv("GDP_BV_STATE", bv_state[i], 1);
+        if (i >= 6) setenv("GDP_STATE_TMA", "1", 1);
         for (int di = 0; di < 2; di++) {
             GdpDesc d = r.d;
             d.dtype = di ? GDP_BF16 : GDP_F32;
@@ -660,6 +675,7 @@ static int sanitize_main(void) {
         rand_free(&r);
     }
     unsetenv("GDP_BV_STATE");
+    unsetenv("GDP_STATE_TMA");
     printf("sanitize run: %s\n", failures ? "FAILED" : "done");
     return failures ? 1 : 0;
 }
