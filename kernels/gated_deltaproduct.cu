@@ -1475,7 +1475,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
  * 23's trace); h and Delta leave by tensor stores. Every tile is in the 128-byte-swizzled box
  * layout (Swz128), which the fragment loads and stores address through. K == KP == 128, V == VP,
  * BV 64 or 128; q's rows past the chunk's tokens hold the next tokens (the output scales them by 0).
- * GDP_STATE_TMA=1 picks it (opt-in until measured). */
+ * Taken where seq_tma says (the saving forward's pass, unless GDP_STATE_TMA says otherwise). */
 struct StateTmaMaps {
     CUtensorMap W, Kwd, U, q, P, h, D;
 };
@@ -1679,7 +1679,7 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
     state_frags_out(dS, P.dh0, P, st0, v0, tl.m2, tl.n2);
 }
 
-/* The dh pass with tensor copies (GDP_STATE_TMA=1, as k_state_tma): K == KP == 128, V == VP, BV 64
+/* The dh pass with tensor copies (taken where seq_tma says, as k_state_tma): K == KP == 128, V == VP, BV 64
  * or 128. q's and dO's boxes are Ct token rows (rows Ct..CTP-1 stay the zeros written at the start);
  * in a sequence's last chunk the rows past its tokens are zeroed before use. nD holds dDelta itself
  * (stored as it is by a tensor store); the dS product negates it as it loads it. */
@@ -3173,6 +3173,17 @@ static bool env_on(const char *name) {
     return e && *e && *e != '0';
 }
 
+/* Where the sequential passes use tensor copies (k_state_tma, k_dh_tma) rather than cp.async
+ * (k_state_fast, k_dh_fast): unset, in the saving forward's state pass and in the dh pass, where
+ * they were faster (bench/NOTES.md, session 24); GDP_STATE_TMA=0 never, =1 wherever the shape
+ * allows. Both kernels of a pass make the same products in the same order, so the bits do not
+ * depend on the choice (saved_vs_plain compares them whenever the two forwards differ in it). */
+static bool seq_tma(bool where_unset) {
+    const char *e = getenv("GDP_STATE_TMA");
+    if (e && *e) return *e != '0';
+    return where_unset;
+}
+
 /* The fast kernels are bf16 only (the f32 path is for accuracy). GDP_GENERIC in the environment keeps
  * the generic kernels of the parts it names, for comparison: a list of prep, seq (state and dh),
  * bwd (bwd_a and bwd_b), or all. */
@@ -3478,7 +3489,7 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
                              : 0;
         P.fast_out = ctpo != 0;
         StateTmaMaps maps;
-        if (env_on("GDP_STATE_TMA") && pl.K == 128 && pl.KP == 128 && pl.V == pl.VP && P.veck && ns == 2 &&
+        if (seq_tma(P.keep_hd) && pl.K == 128 && pl.KP == 128 && pl.V == pl.VP && P.veck && ns == 2 &&
             state_tma_kernel(fast_bv, ctpo) && state_tma_smem(fast_bv, ctpo) <= (size_t)limit &&
             state_tma_maps(pl, P, ctpo, maps))
             return launch(who, "k_state_tma", state_tma_kernel(fast_bv, ctpo), dim3(P.N * P.H, pl.VP / fast_bv),
@@ -3500,7 +3511,7 @@ template <typename IT> static GdpStatus launch_dh(const char *who, const GdpPlan
         if (bv) {
             P.bv = bv;
             DhTmaMaps maps;
-            if (env_on("GDP_STATE_TMA") && pl.K == 128 && pl.KP == 128 && dh_tma_kernel(bv, pl.Ctp) &&
+            if (seq_tma(true) && pl.K == 128 && pl.KP == 128 && dh_tma_kernel(bv, pl.Ctp) &&
                 dh_tma_smem(bv, pl.Ctp) <= (size_t)max_smem_optin() && dh_tma_maps(pl, P, maps))
                 return launch(who, "k_dh_tma", dh_tma_kernel(bv, pl.Ctp), dim3(P.N * P.H, pl.VP / bv), dh_tma_smem(bv, pl.Ctp), st,
                               P, maps);

@@ -254,7 +254,8 @@ static int bench_run(const BenchArgs *a) {
             fprintf(stderr, "-- kernels, n=%d\n", n);
             check_status(gdp_forward_cuda(&d, &fa, ws, wsb, st), "gdp_forward_cuda");
             check_status(gdp_backward_cuda(&d, &ba, ws, wsb, st), "gdp_backward_cuda");
-            fprintf(stderr, "-- kernels, n=%d, backward with the saved forward\n", n);
+            fprintf(stderr, "-- kernels, n=%d, the saving forward and its backward\n", n);
+            check_status(gdp_forward_cuda(&d, &fa_s, scratch, scb, st), "gdp_forward_cuda (saving)");
             check_status(gdp_backward_cuda(&d, &ba_s, scratch, scb, st), "gdp_backward_cuda (saved)");
             BCK(cudaStreamSynchronize(st));
             unsetenv("GDP_PROFILE");
