@@ -1470,6 +1470,50 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
     state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
 }
 
+/* The output where the state pass does not make it (K 256; V tiles of 32): o = (scale e^G q) h +
+ * P Delta for one chunk and a 64-wide V tile, with k_state_fast's products in its order (so the same
+ * bits as its output). q and h's first half are one cp.async group, the rest the second, so the first
+ * half's product overlaps the second's loads. The generic k_output waits for every 64-row K tile in
+ * turn and rounds e^G q to bf16 first (H200, K = V = 256, n_h 2: 0.655 ms). */
+template <int KP, int CTP> struct OutFastSmem {
+    static constexpr int LDK = KP + 8, LDS = 64 + 8;
+    static constexpr size_t H = (size_t)CTP * LDK * 2, PT = H + (size_t)KP * LDS * 2, D = PT + (size_t)CTP * LDT * 2,
+                            G = D + (size_t)64 * LDS * 2, BYTES = G + 64 * 4;
+};
+template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS) k_output_fast(Params P) {
+    using SM = OutFastSmem<KP, CTP>;
+    constexpr int BV = 64, LDK = SM::LDK, LDS = SM::LDS, KH = KP / 2;
+    constexpr int MO = CTP / 16, NO = BV / 8 / (8 / MO); /* CTP x 64 over the eight warps */
+    extern __shared__ __align__(16) char smem[];
+    const GdpChunkInfo ck = P.chunk[blockIdx.x];
+    if (ck.seq < 0) return;
+    const int h = blockIdx.y, v0 = blockIdx.z * BV, warp = threadIdx.x >> 5;
+    const int mo = (warp % MO) * 16, no = (warp / MO) * (NO * 8);
+    const int64_t ch = (int64_t)blockIdx.x * P.H + h;
+    bf16_t *Q = (bf16_t *)smem, *Hs = (bf16_t *)(smem + SM::H), *Ps = (bf16_t *)(smem + SM::PT), *Ds = (bf16_t *)(smem + SM::D);
+    float *G = (float *)(smem + SM::G);
+    const bf16_t *hg = (const bf16_t *)P.h + ch * P.sH + v0;
+    cp_token_rows<CTP, KP>(Q, LDK, (const bf16_t *)P.q + ((int64_t)ck.tok0 * P.H + h) * KP, (int64_t)P.H * KP, ck.ct);
+    cp_tile16<KH, BV>(Hs, LDS, hg, P.VP);
+    cp_commit();
+    cp_tile16<KH, BV>(Hs + KH * LDS, LDS, hg + (int64_t)KH * P.VP, P.VP);
+    cp_tile16<CTP, 64>(Ps, LDT, (const bf16_t *)P.P + ch * P.sP, 64);
+    cp_tile16<64, BV>(Ds, LDS, (const bf16_t *)P.D + ch * P.sD + v0, P.VP);
+    cp_commit();
+    if (threadIdx.x < 64) G[threadIdx.x] = P.G[ch * GDP_CHUNK + threadIdx.x];
+    float O[NO][4];
+    frag_zero(O);
+    cp_wait<1>();
+    __syncthreads();
+    warp_mma<NO, false>(O, Q, LDK, Hs, LDS, KH, mo, no);
+    cp_wait<0>();
+    __syncthreads();
+    warp_mma<NO, false>(O, Q + KH, LDK, Hs + KH * LDS, LDS, KH, mo, no);
+    frag_each(O, mo, no, [&](int t, int, float &v) { v *= t < ck.ct ? P.scale * __expf(G[t]) : 0.f; });
+    warp_mma<NO, false>(O, Ps, LDT, Ds, LDS, 64, mo, no);
+    store_o_frag(P, O, ck, h, v0, mo, no);
+}
+
 /* The state pass with tensor copies (TMA, sm_90): a stage is ~9 box copies issued by one thread on
  * one mbarrier, instead of 15 cp.async a thread (1.3k of a step's 8k clocks at K = V = 128, session
  * 23's trace); h and Delta leave by tensor stores. Every tile is in the 128-byte-swizzled box
@@ -3220,6 +3264,20 @@ static size_t state_fast_smem(int KP, int bv, int ns, int ctpo) {
 #undef GDP_SS
     return 0;
 }
+static void (*output_fast_kernel(int KP, int ctp))(Params) {
+#define GDP_OF(kp) \
+    if (KP == kp) return ctp == 16 ? k_output_fast<kp, 16> : ctp == 32 ? k_output_fast<kp, 32> : ctp == 64 ? k_output_fast<kp, 64> : nullptr;
+    GDP_OF(64) GDP_OF(128) GDP_OF(256)
+#undef GDP_OF
+    return nullptr;
+}
+static size_t output_fast_smem(int KP, int ctp) {
+#define GDP_OS(kp) \
+    if (KP == kp) return ctp == 16 ? OutFastSmem<kp, 16>::BYTES : ctp == 32 ? OutFastSmem<kp, 32>::BYTES : OutFastSmem<kp, 64>::BYTES;
+    GDP_OS(64) GDP_OS(128) GDP_OS(256)
+#undef GDP_OS
+    return 0;
+}
 static void (*dh_fast_kernel(int KP, int bv, int ctp))(Params) {
 #define GDP_DF(kp, b)                                                                                        \
     if (KP == kp && bv == b)                                                                                 \
@@ -3550,7 +3608,12 @@ template <typename IT> static GdpStatus forward_impl(const GdpDesc *d, const Gdp
     const int limit = max_smem_optin();
     GdpStatus s = run_front<IT>(who, pl, P, st, limit);
     if (s != GDP_OK) return s;
-    if (!P.fuse_out && !P.fast_out) LAUNCH(k_output<IT>, dim3(P.NCmax, P.H, P.nvt), OutSmem<IT>::carve(nullptr, pl.Ctp, nullptr));
+    if (P.fuse_out || P.fast_out) return GDP_OK;
+    if (use_fast<IT>("output") && fast_shape(pl, P) && output_fast_kernel(pl.KP, pl.Ctp) &&
+        output_fast_smem(pl.KP, pl.Ctp) <= (size_t)limit)
+        return launch(who, "k_output_fast", output_fast_kernel(pl.KP, pl.Ctp), dim3(P.NCmax, P.H, pl.VP / 64),
+                      output_fast_smem(pl.KP, pl.Ctp), st, P);
+    LAUNCH(k_output<IT>, dim3(P.NCmax, P.H, P.nvt), OutSmem<IT>::carve(nullptr, pl.Ctp, nullptr));
     return GDP_OK;
 }
 

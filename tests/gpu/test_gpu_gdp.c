@@ -584,6 +584,16 @@ GPU_TEST(state_pass_tma) {
     unsetenv("GDP_STATE_TMA");
 }
 
+/* The output kernel, where the state pass does not make o: the fast one (k_output_fast) under V tile
+ * 32 forced (K 64 and 128, V 64 to 256, both modes, varlen), the generic one under GDP_GENERIC=output;
+ * K 256 takes the fast one by default (rand_cases). Against the CPU f64 path, and saving against
+ * plain forwards. */
+GPU_TEST(output_pass) {
+    static const char *const bv32[1] = {"32"}, *const generic[1] = {"output"};
+    cases_per_env(failures, state_cases, GDP_ARRAY_LEN(state_cases), 7000, "GDP_BV_STATE", bv32, 1);
+    cases_per_env(failures, state_cases, GDP_ARRAY_LEN(state_cases), 8000, "GDP_GENERIC", generic, 1);
+}
+
 /* bwd_a at K 128 runs one CTA over both K tiles (k_bwd_a_kres, picked at 16 and 32 chunk tokens)
  * or one a K tile (k_bwd_a_fast); GDP_BWD_A forces each on shapes of every chunk width (n 1 to 4),
  * V 64 and 128, both modes, varlen: against the CPU f64 path, and saving against plain forwards.
@@ -656,13 +666,16 @@ static int sanitize_main(void) {
         {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, /* the same at V tile 128 */
         {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 2, 1, 1, 2}, /* the state pass by tensor copies, V tile 64 */
         {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, /* the same at V tile 128 */
+        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 256, 128, 2, 1, 1, 2}, /* K 256: the output by k_output_fast */
     };
-    const char *const bv_state[GDP_ARRAY_LEN(cs)] = {NULL, NULL, NULL, NULL, "64", "128", "64", "128"};
+    const char *const bv_state[GDP_ARRAY_LEN(cs)] = {NULL, NULL, NULL, NULL, "64", "128", "64", "128", NULL};
     for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) {
         RandData r;
         rand_make(&cs[i], 9 + i, &r);
         if (bv_state[i]) setenv("GDP_BV_STATE", bv_state[i], 1);
-        if (i >= 6) setenv("GDP_STATE_TMA", "1", 1);
+        else unsetenv("GDP_BV_STATE");
+        if (i == 6 || i == 7) setenv("GDP_STATE_TMA", "1", 1);
+        else unsetenv("GDP_STATE_TMA");
         for (int di = 0; di < 2; di++) {
             GdpDesc d = r.d;
             d.dtype = di ? GDP_BF16 : GDP_F32;
