@@ -3283,6 +3283,7 @@ static void (*dh_fast_kernel(int KP, int bv, int ctp))(Params) {
     if (KP == kp && bv == b)                                                                                 \
         return ctp == 16 ? k_dh_fast<kp, b, 16> : ctp == 32 ? k_dh_fast<kp, b, 32> : ctp == 64 ? k_dh_fast<kp, b, 64> : nullptr;
     GDP_DF(128, 128) GDP_DF(128, 64) GDP_DF(128, 32) GDP_DF(64, 128) GDP_DF(64, 64) GDP_DF(64, 32)
+    GDP_DF(256, 64) GDP_DF(256, 32) /* K 256: bv 64 fits the shared memory at 16 chunk tokens, bv 32 up to 32 */
 #undef GDP_DF
     return nullptr;
 }
@@ -3292,6 +3293,7 @@ static size_t dh_fast_smem(int KP, int bv, int ctp) {
     GDP_DS(128, 64, 16) GDP_DS(128, 64, 32) GDP_DS(128, 64, 64) GDP_DS(128, 32, 16) GDP_DS(128, 32, 32) GDP_DS(128, 32, 64)
     GDP_DS(64, 64, 16) GDP_DS(64, 64, 32) GDP_DS(64, 64, 64) GDP_DS(64, 32, 16) GDP_DS(64, 32, 32) GDP_DS(64, 32, 64)
     GDP_DS(128, 128, 16) GDP_DS(128, 128, 32) GDP_DS(128, 128, 64) GDP_DS(64, 128, 16) GDP_DS(64, 128, 32) GDP_DS(64, 128, 64)
+    GDP_DS(256, 64, 16) GDP_DS(256, 64, 32) GDP_DS(256, 64, 64) GDP_DS(256, 32, 16) GDP_DS(256, 32, 32) GDP_DS(256, 32, 64)
 #undef GDP_DS
     return 0;
 }

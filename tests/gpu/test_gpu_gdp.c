@@ -594,6 +594,19 @@ GPU_TEST(output_pass) {
     cases_per_env(failures, state_cases, GDP_ARRAY_LEN(state_cases), 8000, "GDP_GENERIC", generic, 1);
 }
 
+/* The fast dh pass at K 256: V tile 64 (16 chunk tokens, n_h 4 and more) and 32 (up to 32 chunk
+ * tokens) forced, both modes, varlen; where a forced tile does not fit, the generic pass runs. */
+GPU_TEST(dh_pass_k256) {
+    static const RandCase cs[] = {
+        /* mode, B, T, H, K, V, n, gate, h0, nseq */
+        {GDP_MODE_HOUSEHOLDER, 1, 150, 2, 256, 128, 4, 1, 1, 2},
+        {GDP_MODE_SPLIT, 1, 100, 1, 256, 256, 4, 1, 1, 0},
+        {GDP_MODE_HOUSEHOLDER, 1, 200, 1, 256, 256, 2, 1, 0, 0},
+    };
+    static const char *const bvs[2] = {"64", "32"};
+    cases_per_env(failures, cs, GDP_ARRAY_LEN(cs), 9000, "GDP_BV_DH", bvs, 2);
+}
+
 /* bwd_a at K 128 runs one CTA over both K tiles (k_bwd_a_kres, picked at 16 and 32 chunk tokens)
  * or one a K tile (k_bwd_a_fast); GDP_BWD_A forces each on shapes of every chunk width (n 1 to 4),
  * V 64 and 128, both modes, varlen: against the CPU f64 path, and saving against plain forwards.
