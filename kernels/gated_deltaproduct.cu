@@ -1081,6 +1081,7 @@ __device__ __forceinline__ void state_frags_out(float (&S)[MT][NT][4], float *ds
  * Each B fragment serves the MT row tiles. NB: B negated (its sign bits flipped as loaded). */
 template <int MT, int NT, bool AT, bool BT = false, bool NB = false, class VA, class VB>
 __device__ __forceinline__ void warp_mma_v(float (&acc)[MT][NT][4], VA A, VB B, int kd, int m0, int n0) {
+    static_assert(NT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
     const int lane = threadIdx.x & 31, mi = lane >> 3, lr = lane & 7;
 #pragma unroll 4
     for (int k0 = 0; k0 < kd; k0 += 16) {
@@ -1471,47 +1472,60 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
 }
 
 /* The output where the state pass does not make it (K 256; V tiles of 32): o = (scale e^G q) h +
- * P Delta for one chunk and a 64-wide V tile, with k_state_fast's products in its order (so the same
- * bits as its output). q and h's first half are one cp.async group, the rest the second, so the first
- * half's product overlaps the second's loads. The generic k_output waits for every 64-row K tile in
- * turn and rounds e^G q to bf16 first (H200, K = V = 256, n_h 2: 0.655 ms). */
+ * P Delta for one chunk, with k_state_fast's products in its order (so the same bits as its output).
+ * One CTA a chunk and head loads q and P once and walks the 64-wide V tiles with h's and Delta's tiles
+ * double-buffered, so a tile's loads overlap the last one's products. (The generic k_output waits for
+ * every 64-row K tile in turn and rounds e^G q to bf16 first: H200, K = V = 256, n_h 2, 0.655 ms; a
+ * first version with a CTA a V tile and no pipeline took 0.546.) */
 template <int KP, int CTP> struct OutFastSmem {
     static constexpr int LDK = KP + 8, LDS = 64 + 8;
-    static constexpr size_t H = (size_t)CTP * LDK * 2, PT = H + (size_t)KP * LDS * 2, D = PT + (size_t)CTP * LDT * 2,
-                            G = D + (size_t)64 * LDS * 2, BYTES = G + 64 * 4;
+    static constexpr size_t PT = (size_t)CTP * LDK * 2, G = PT + (size_t)CTP * LDT * 2, STAGE0 = G + 64 * 4,
+                            STAGE = (size_t)KP * LDS * 2 + (size_t)64 * LDS * 2, BYTES = STAGE0 + 2 * STAGE;
 };
 template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS) k_output_fast(Params P) {
     using SM = OutFastSmem<KP, CTP>;
-    constexpr int BV = 64, LDK = SM::LDK, LDS = SM::LDS, KH = KP / 2;
-    constexpr int MO = CTP / 16, NO = BV / 8 / (8 / MO); /* CTP x 64 over the eight warps */
+    constexpr int BV = 64, LDK = SM::LDK, LDS = SM::LDS;
+    /* CTP x 64 over the warps, 16 x 8 NO a warp: all eight, or four at 16 chunk tokens (NO >= 2) */
+    constexpr int MO = CTP / 16, NO = BV / 8 / (8 / MO) < 2 ? 2 : BV / 8 / (8 / MO), USED = MO * (BV / 8 / NO);
     extern __shared__ __align__(16) char smem[];
     const GdpChunkInfo ck = P.chunk[blockIdx.x];
     if (ck.seq < 0) return;
-    const int h = blockIdx.y, v0 = blockIdx.z * BV, warp = threadIdx.x >> 5;
+    const int h = blockIdx.y, warp = threadIdx.x >> 5, nvt = P.VP / BV;
     const int mo = (warp % MO) * 16, no = (warp / MO) * (NO * 8);
+    const bool active = warp < USED;
     const int64_t ch = (int64_t)blockIdx.x * P.H + h;
-    bf16_t *Q = (bf16_t *)smem, *Hs = (bf16_t *)(smem + SM::H), *Ps = (bf16_t *)(smem + SM::PT), *Ds = (bf16_t *)(smem + SM::D);
+    bf16_t *Q = (bf16_t *)smem, *Ps = (bf16_t *)(smem + SM::PT);
     float *G = (float *)(smem + SM::G);
-    const bf16_t *hg = (const bf16_t *)P.h + ch * P.sH + v0;
+    auto Hb = [&](int b) { return (bf16_t *)(smem + SM::STAGE0 + b * SM::STAGE); };
+    auto Db = [&](int b) { return Hb(b) + KP * LDS; };
+    auto issue = [&](int vt) {
+        cp_tile16<KP, BV>(Hb(vt & 1), LDS, (const bf16_t *)P.h + ch * P.sH + vt * BV, P.VP);
+        cp_tile16<64, BV>(Db(vt & 1), LDS, (const bf16_t *)P.D + ch * P.sD + vt * BV, P.VP);
+    };
     cp_token_rows<CTP, KP>(Q, LDK, (const bf16_t *)P.q + ((int64_t)ck.tok0 * P.H + h) * KP, (int64_t)P.H * KP, ck.ct);
-    cp_tile16<KH, BV>(Hs, LDS, hg, P.VP);
-    cp_commit();
-    cp_tile16<KH, BV>(Hs + KH * LDS, LDS, hg + (int64_t)KH * P.VP, P.VP);
     cp_tile16<CTP, 64>(Ps, LDT, (const bf16_t *)P.P + ch * P.sP, 64);
-    cp_tile16<64, BV>(Ds, LDS, (const bf16_t *)P.D + ch * P.sD + v0, P.VP);
+    issue(0);
     cp_commit();
     if (threadIdx.x < 64) G[threadIdx.x] = P.G[ch * GDP_CHUNK + threadIdx.x];
-    float O[NO][4];
-    frag_zero(O);
-    cp_wait<1>();
-    __syncthreads();
-    warp_mma<NO, false>(O, Q, LDK, Hs, LDS, KH, mo, no);
-    cp_wait<0>();
-    __syncthreads();
-    warp_mma<NO, false>(O, Q + KH, LDK, Hs + KH * LDS, LDS, KH, mo, no);
-    frag_each(O, mo, no, [&](int t, int, float &v) { v *= t < ck.ct ? P.scale * __expf(G[t]) : 0.f; });
-    warp_mma<NO, false>(O, Ps, LDT, Ds, LDS, 64, mo, no);
-    store_o_frag(P, O, ck, h, v0, mo, no);
+    for (int vt = 0; vt < nvt; vt++) {
+        if (vt + 1 < nvt) {
+            issue(vt + 1); /* its buffer's last readers passed the barrier at the end of vt - 1 */
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        if (active) {
+            float O[NO][4];
+            frag_zero(O);
+            warp_mma<NO, false>(O, Q, LDK, Hb(vt & 1), LDS, KP, mo, no);
+            frag_each(O, mo, no, [&](int t, int, float &v) { v *= t < ck.ct ? P.scale * __expf(G[t]) : 0.f; });
+            warp_mma<NO, false>(O, Ps, LDT, Db(vt & 1), LDS, 64, mo, no);
+            store_o_frag(P, O, ck, h, vt * BV, mo, no);
+        }
+        __syncthreads();
+    }
 }
 
 /* The state pass with tensor copies (TMA, sm_90): a stage is ~9 box copies issued by one thread on
@@ -3613,7 +3627,7 @@ template <typename IT> static GdpStatus forward_impl(const GdpDesc *d, const Gdp
     if (P.fuse_out || P.fast_out) return GDP_OK;
     if (use_fast<IT>("output") && fast_shape(pl, P) && output_fast_kernel(pl.KP, pl.Ctp) &&
         output_fast_smem(pl.KP, pl.Ctp) <= (size_t)limit)
-        return launch(who, "k_output_fast", output_fast_kernel(pl.KP, pl.Ctp), dim3(P.NCmax, P.H, pl.VP / 64),
+        return launch(who, "k_output_fast", output_fast_kernel(pl.KP, pl.Ctp), dim3(P.NCmax, P.H),
                       output_fast_smem(pl.KP, pl.Ctp), st, P);
     LAUNCH(k_output<IT>, dim3(P.NCmax, P.H, P.nvt), OutSmem<IT>::carve(nullptr, pl.Ctp, nullptr));
     return GDP_OK;
