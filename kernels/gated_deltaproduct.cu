@@ -9,7 +9,8 @@
  *          3 state    sequential per (sequence, head, V tile): h, Delta = U - W h,
  *                     S <- e^{G_last} S + Kwd^T Delta
  *          4 output   per chunk: o = (scale e^G q) h + P Delta (the fast state pass makes it
- *                     itself at V tile 128, or 64 with one CTA an SM, and k_output is not run)
+ *                     itself at V tile 128, or 64 with one CTA an SM; else k_output_fast or
+ *                     the generic k_output)
  * Backward 2, 3 again (recompute), then
  *          5 dh       sequential in reverse: dDelta = P^T dO + Kwd dS,
  *                     dS <- e^{G_last} dS + (scale e^G q)^T dO - W^T dDelta
@@ -17,9 +18,11 @@
  *          7 bwd_b    per chunk: WY backward through T (dX = T^T dW, dA = -T^T dT T^T), dk, dv,
  *                     dbeta, dg (reverse cumsum in the chunk), per-chunk dmask
  *          8 dmask    fixed-order sum of the per-chunk mask gradients
- * bf16 runs passes 2, 3, 5, 6 and 7 through fast kernels with their sizes fixed at compile time
- * (k_prep2_fast, k_state_fast, k_dh_fast, k_bwd_a_fast, k_bwd_b_fast) where the shape allows (K 64
- * or 128 for prep, state and dh; K and V multiples of 64 for prep and the backward; 16-byte rows);
+ * bf16 runs passes 2 to 7 through fast kernels with their sizes fixed at compile time
+ * (k_prep2_fast, k_state_fast, k_output_fast, k_dh_fast, k_bwd_a_fast, k_bwd_b_fast) where the
+ * shape allows (K 64, 128 or 256 for prep, state, output and dh; K and V multiples of 64 for prep
+ * and the backward; 16-byte rows); at K = V = 128 the saving forward's state pass and the dh pass
+ * are k_state_tma and k_dh_tma (tensor-map copies; seq_tma says where);
  * f32 and other shapes run the generic kernels, which GDP_GENERIC=all also selects for bf16.
  * Every gradient element is written by exactly one thread (no atomics); reductions run in a fixed
  * order, so results are deterministic. Exponentials are taken only of differences G_i - G_j with
