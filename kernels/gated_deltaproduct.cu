@@ -1053,6 +1053,22 @@ template <int ROWS> struct Swz128 {
     }
 };
 
+/* A bf16 tile (any view) minus a warp's MT x NT fragments at (m0, n0), in place, rounded once */
+template <int MT, int NT, class View>
+__device__ __forceinline__ void frags_sub_from(View X, const float (&F)[MT][NT][4], int m0, int n0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                __nv_bfloat162 *px = (__nv_bfloat162 *)X.at(m0 + 16 * mt + g + hh * 8, n0 + nt * 8 + 2 * tq);
+                const float2 x = __bfloat1622float2(*px);
+                *px = __floats2bfloat162_rn(x.x - F[mt][nt][hh * 2], x.y - F[mt][nt][hh * 2 + 1]);
+            }
+}
+
 /* The sequential passes' state, a warp's MT row tiles of 16 at (m0, n0): in from a K x V fp32 state
  * (src; NULL: zeros) with its bf16 copy to at(r, c) (as frag_store_pairs), scaled, and out to dst */
 template <int MT, int NT, class At>
@@ -1394,7 +1410,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
     constexpr int MO = CTPO / 16 > 0 ? CTPO / 16 : 1, NO = CTPO ? BV / 8 / (8 / MO) : 2;
     extern __shared__ __align__(16) char smem[];
     const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H;
-    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, warp = threadIdx.x >> 5;
+    const int warp = threadIdx.x >> 5;
     const int mo = (warp % MO) * 16, no = (warp / MO) * (NO * 8);
     const TL tl;
     bf16_t *Sop = (bf16_t *)(smem + NS * SM::STAGE);
@@ -1439,17 +1455,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
 #pragma unroll
             for (int mt = 0; mt < TL::MT1; mt++) frag_zero(D[mt]);
             warp_mma_mt<TL::MT1, TL::NT1, false>(D, hd.W(b), LDK, Sop, LDS, KP, tl.m1, tl.n1);
-#pragma unroll
-            for (int mt = 0; mt < TL::MT1; mt++)
-#pragma unroll
-                for (int nt = 0; nt < TL::NT1; nt++)
-#pragma unroll
-                    for (int hh = 0; hh < 2; hh++) { /* Delta = U - W h, in place of U */
-                        __nv_bfloat162 *pu =
-                            (__nv_bfloat162 *)(U + (tl.m1 + 16 * mt + g + hh * 8) * LDS + tl.n1 + nt * 8 + 2 * tq);
-                        const float2 u = __bfloat1622float2(*pu);
-                        *pu = __floats2bfloat162_rn(u.x - D[mt][nt][hh * 2], u.y - D[mt][nt][hh * 2 + 1]);
-                    }
+            frags_sub_from(RowMajor{U, LDS}, D, tl.m1, tl.n1); /* Delta = U - W h, in place of U */
         }
         float O[NO][4];
         if (CTPO) { /* q h, scaled by row: h (Sop) is overwritten only after the barrier below */
@@ -1558,7 +1564,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
     extern __shared__ __align__(1024) char smem_raw[];
     char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H, tid = threadIdx.x;
-    const int lane = tid & 31, g = lane >> 2, tq = lane & 3, warp = tid >> 5;
+    const int warp = tid >> 5;
     const int mo = (warp % MO) * 16, no = (warp / MO) * (NO * 8);
     const TL tl;
     auto part = [&](int b, size_t off) { return (bf16_t *)(smem + b * SM::STAGE + off); };
@@ -1624,16 +1630,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
 #pragma unroll
             for (int mt = 0; mt < TL::MT1; mt++) frag_zero(D[mt]);
             warp_mma_v<TL::MT1, TL::NT1, false>(D, Wb(b), Sop, KP, tl.m1, tl.n1);
-#pragma unroll
-            for (int mt = 0; mt < TL::MT1; mt++)
-#pragma unroll
-                for (int nt = 0; nt < TL::NT1; nt++)
-#pragma unroll
-                    for (int hh = 0; hh < 2; hh++) { /* Delta = U - W h, in place of U */
-                        __nv_bfloat162 *pu = (__nv_bfloat162 *)U.at(tl.m1 + 16 * mt + g + hh * 8, tl.n1 + nt * 8 + 2 * tq);
-                        const float2 u = __bfloat1622float2(*pu);
-                        *pu = __floats2bfloat162_rn(u.x - D[mt][nt][hh * 2], u.y - D[mt][nt][hh * 2 + 1]);
-                    }
+            frags_sub_from(U, D, tl.m1, tl.n1); /* Delta = U - W h, in place of U */
         }
         float O[1][NO][4];
         if (CTPO) { /* q h, scaled by row: h (Sop) is overwritten only after the barrier below */
