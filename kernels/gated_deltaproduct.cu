@@ -1357,6 +1357,22 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     }
 }
 
+/* A chunk's CTP x BV output tile over the warps (CTP 0: no output): MO row tiles of 16, NO n8 tiles a
+ * warp at (mo, no), at least two (warp_mma_v loads B two n8 tiles at a time), so at 16 chunk tokens
+ * and BV 64 only four warps take it (active) */
+template <int CTP, int BV> struct OutTiles {
+    static constexpr int MO = CTP / 16 > 0 ? CTP / 16 : 1, NO = BV / 8 / (8 / MO) < 2 ? 2 : BV / 8 / (8 / MO);
+    static constexpr int USED = MO * (BV / 8 / NO);
+    int mo, no;
+    bool active;
+    __device__ __forceinline__ OutTiles() {
+        const int warp = threadIdx.x >> 5;
+        mo = (warp % MO) * 16;
+        no = (warp / MO) * (NO * 8);
+        active = warp < USED;
+    }
+};
+
 /* o's rows t < ct of a warp's NO n8 tiles at (mo, no) of a chunk's output tile (V columns from v0) */
 template <int NO>
 __device__ __forceinline__ void store_o_frag(const Params &P, const float (&O)[NO][4], const GdpChunkInfo &ck, int h, int v0,
@@ -1406,12 +1422,13 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
     using SM = StateFastSmem<KP, BV, CTPO>;
     using TL = SeqTiles<KP, BV>;
     constexpr int LDK = SM::LDK, LDS = SM::LDS;
-    /* output tiles: CTPO x BV over the eight warps, MO row tiles, NO n8 tiles a warp */
-    constexpr int MO = CTPO / 16 > 0 ? CTPO / 16 : 1, NO = CTPO ? BV / 8 / (8 / MO) : 2;
+    using OT = OutTiles<CTPO, BV>;
+    constexpr int NO = OT::NO;
+    static_assert(CTPO == 0 || OT::USED == 8, "every warp takes a piece of the output");
     extern __shared__ __align__(16) char smem[];
     const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H;
-    const int warp = threadIdx.x >> 5;
-    const int mo = (warp % MO) * 16, no = (warp / MO) * (NO * 8);
+    const OT ot;
+    const int mo = ot.mo, no = ot.no;
     const TL tl;
     bf16_t *Sop = (bf16_t *)(smem + NS * SM::STAGE);
     const SeqStageHead<KP, SM::STAGE> hd{smem};
@@ -1494,14 +1511,15 @@ template <int KP, int CTP> struct OutFastSmem {
 template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS) k_output_fast(Params P) {
     using SM = OutFastSmem<KP, CTP>;
     constexpr int BV = 64, LDK = SM::LDK, LDS = SM::LDS;
-    /* CTP x 64 over the warps, 16 x 8 NO a warp: all eight, or four at 16 chunk tokens (NO >= 2) */
-    constexpr int MO = CTP / 16, NO = BV / 8 / (8 / MO) < 2 ? 2 : BV / 8 / (8 / MO), USED = MO * (BV / 8 / NO);
+    using OT = OutTiles<CTP, BV>;
+    constexpr int NO = OT::NO;
     extern __shared__ __align__(16) char smem[];
     const GdpChunkInfo ck = P.chunk[blockIdx.x];
     if (ck.seq < 0) return;
-    const int h = blockIdx.y, warp = threadIdx.x >> 5, nvt = P.VP / BV;
-    const int mo = (warp % MO) * 16, no = (warp / MO) * (NO * 8);
-    const bool active = warp < USED;
+    const int h = blockIdx.y, nvt = P.VP / BV;
+    const OT ot;
+    const int mo = ot.mo, no = ot.no;
+    const bool active = ot.active;
     const int64_t ch = (int64_t)blockIdx.x * P.H + h;
     bf16_t *Q = (bf16_t *)smem, *Ps = (bf16_t *)(smem + SM::PT);
     float *G = (float *)(smem + SM::G);
@@ -1559,13 +1577,15 @@ template <int KP, int BV, int CTPO>
 __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_tma(Params P, const __grid_constant__ StateTmaMaps M) {
     using SM = StateTmaSmem<KP, BV, CTPO>;
     using TL = SeqTiles<KP, BV>;
-    constexpr int MO = CTPO / 16 > 0 ? CTPO / 16 : 1, NO = CTPO ? BV / 8 / (8 / MO) : 2;
+    using OT = OutTiles<CTPO, BV>;
+    constexpr int NO = OT::NO;
+    static_assert(CTPO == 0 || OT::USED == 8, "every warp takes a piece of the output");
     constexpr int QR = CTPO > 0 ? CTPO : 16;
     extern __shared__ __align__(1024) char smem_raw[];
     char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H, tid = threadIdx.x;
-    const int warp = tid >> 5;
-    const int mo = (warp % MO) * 16, no = (warp / MO) * (NO * 8);
+    const OT ot;
+    const int mo = ot.mo, no = ot.no;
     const TL tl;
     auto part = [&](int b, size_t off) { return (bf16_t *)(smem + b * SM::STAGE + off); };
     auto Wb = [&](int b) { return Swz128<64>{part(b, 0)}; };
