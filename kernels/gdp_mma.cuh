@@ -272,11 +272,8 @@ __device__ __forceinline__ void bulk_load(void *s, const void *g, uint32_t bytes
                  "l"(g), "r"(bytes), "r"(smem_addr(bar))
                  : "memory");
 }
-/* shared -> global; the issuing thread's bulk_commit / bulk_wait_read say when the source may change */
-__device__ __forceinline__ void bulk_store(void *g, const void *s, uint32_t bytes) {
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(g), "r"(smem_addr(s)), "r"(bytes)
-                 : "memory");
-}
+/* the issuing thread's bulk (tensor) stores: commit them as a group; wait until their sources may
+ * change (read) or until they are done (all) */
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
