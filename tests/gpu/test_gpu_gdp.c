@@ -668,27 +668,31 @@ GPU_TEST(error_paths) {
 }
 
 /* ---------------------------------------------------------------- small case for compute-sanitizer */
+/* name=value in the environment, or name unset where value is NULL */
+static void env_set_or_unset(const char *name, const char *value) {
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+}
+
 static int sanitize_main(void) {
     int failures = 0;
-    const RandCase cs[] = {
-        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 32, 32, 3, 1, 1, 2},
-        {GDP_MODE_SPLIT, 1, 40, 1, 64, 32, 2, 1, 1, 0},
-        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 64, 2, 1, 1, 2}, /* the bf16 fast kernels */
-        {GDP_MODE_SPLIT, 1, 50, 1, 128, 64, 2, 1, 1, 0},       /* the same, split mode */
-        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 2, 1, 1, 2}, /* o made by the state pass, V tile 64 */
-        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, /* the same at V tile 128 */
-        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 2, 1, 1, 2}, /* the state pass by tensor copies, V tile 64 */
-        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, /* the same at V tile 128 */
-        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 256, 128, 2, 1, 1, 2}, /* K 256: the output by k_output_fast */
+    /* each case with the GDP_BV_STATE and GDP_STATE_TMA it runs under (NULL: unset) */
+    const struct { RandCase rc; const char *bv_state, *state_tma; } cs[] = {
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 32, 32, 3, 1, 1, 2}, NULL, NULL},
+        {{GDP_MODE_SPLIT, 1, 40, 1, 64, 32, 2, 1, 1, 0}, NULL, NULL},
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 64, 2, 1, 1, 2}, NULL, NULL},  /* the bf16 fast kernels */
+        {{GDP_MODE_SPLIT, 1, 50, 1, 128, 64, 2, 1, 1, 0}, NULL, NULL},        /* the same, split mode */
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 2, 1, 1, 2}, "64", NULL}, /* o made by the state pass, V tile 64 */
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, "128", NULL}, /* the same at V tile 128 */
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 2, 1, 1, 2}, "64", "1"},  /* the state pass by tensor copies, V tile 64 */
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, "128", "1"}, /* the same at V tile 128 */
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 256, 128, 2, 1, 1, 2}, NULL, NULL}, /* K 256: the output by k_output_fast */
     };
-    const char *const bv_state[GDP_ARRAY_LEN(cs)] = {NULL, NULL, NULL, NULL, "64", "128", "64", "128", NULL};
     for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) {
         RandData r;
-        rand_make(&cs[i], 9 + i, &r);
-        if (bv_state[i]) setenv("GDP_BV_STATE", bv_state[i], 1);
-        else unsetenv("GDP_BV_STATE");
-        if (i == 6 || i == 7) setenv("GDP_STATE_TMA", "1", 1);
-        else unsetenv("GDP_STATE_TMA");
+        rand_make(&cs[i].rc, 9 + i, &r);
+        env_set_or_unset("GDP_BV_STATE", cs[i].bv_state);
+        env_set_or_unset("GDP_STATE_TMA", cs[i].state_tma);
         for (int di = 0; di < 2; di++) {
             GdpDesc d = r.d;
             d.dtype = di ? GDP_BF16 : GDP_F32;
