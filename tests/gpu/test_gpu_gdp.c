@@ -569,6 +569,9 @@ static const RandCase state_cases[] = {
     /* added after the others so that their seeds stay */
     {GDP_MODE_HOUSEHOLDER, 1, 1000, 1, 128, 128, 1, 1, 1, 3},
     {GDP_MODE_HOUSEHOLDER, 1, 130, 2, 128, 64, 2, 1, 1, 0},
+    /* K 256: at V tile 64 the state pass makes o (32 chunk tokens), at 128 the generic pass runs */
+    {GDP_MODE_HOUSEHOLDER, 1, 200, 2, 256, 128, 2, 1, 1, 2},
+    {GDP_MODE_SPLIT, 1, 130, 1, 256, 256, 3, 1, 0, 0},
 };
 static const char *const state_bvs[2] = {"128", "64"};
 GPU_TEST(state_pass_output) {
@@ -680,8 +683,9 @@ static int sanitize_main(void) {
         {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 2, 1, 1, 2}, /* the state pass by tensor copies, V tile 64 */
         {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, /* the same at V tile 128 */
         {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 256, 128, 2, 1, 1, 2}, /* K 256: the output by k_output_fast */
+        {GDP_MODE_HOUSEHOLDER, 1, 70, 1, 256, 128, 3, 1, 1, 2}, /* K 256, V tile 64: o by the state pass */
     };
-    const char *const bv_state[GDP_ARRAY_LEN(cs)] = {NULL, NULL, NULL, NULL, "64", "128", "64", "128", NULL};
+    const char *const bv_state[GDP_ARRAY_LEN(cs)] = {NULL, NULL, NULL, NULL, "64", "128", "64", "128", NULL, "64"};
     for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) {
         RandData r;
         rand_make(&cs[i], 9 + i, &r);
