@@ -1409,12 +1409,16 @@ template <int KP, size_t STAGE> struct SeqStageHead {
 
 /* CTPO > 0: the state pass also makes the output (CTPO = Ctp token rows a chunk), o = (scale e^G q) h
  * + P Delta for its V tile, which saves k_output's reads of h and Delta (and, with !P.keep_hd, the
- * writes of both); each stage then holds the chunk's q and P too. */
+ * writes of both); each stage then holds the chunk's q and P too. At K 256 two stages of q do not
+ * fit beside W and Kwd (QONE): q has one buffer after the state's, loaded for the next chunk once
+ * every warp is past this chunk's q h (the second barrier), so it arrives by the next step's wait. */
 template <int KP, int BV, int CTPO> struct StateFastSmem {
     static constexpr int LDK = KP + 8, LDS = BV + 8;
+    static constexpr bool QONE = KP > 128 && CTPO > 0;
+    static constexpr size_t QT = (size_t)CTPO * LDK * 2;
     static constexpr size_t STAGE =
-        256 + 2 * (size_t)64 * LDK * 2 + (size_t)64 * LDS * 2 + (size_t)CTPO * LDK * 2 + (size_t)CTPO * LDT * 2;
-    static constexpr size_t bytes(int ns) { return ns * STAGE + (size_t)KP * LDS * 2; }
+        256 + 2 * (size_t)64 * LDK * 2 + (size_t)64 * LDS * 2 + (QONE ? 0 : QT) + (size_t)CTPO * LDT * 2;
+    static constexpr size_t bytes(int ns) { return ns * STAGE + (size_t)KP * LDS * 2 + (QONE ? QT : 0); }
 };
 
 template <int KP, int BV, int NS, int CTPO>
@@ -1430,11 +1434,14 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
     const OT ot;
     const int mo = ot.mo, no = ot.no;
     const TL tl;
-    bf16_t *Sop = (bf16_t *)(smem + NS * SM::STAGE);
+    bf16_t *Sop = (bf16_t *)(smem + NS * SM::STAGE), *Qone = Sop + KP * LDS;
     const SeqStageHead<KP, SM::STAGE> hd{smem};
     auto Ub = [&](int b) { return hd.after(b); };
-    auto Qb = [&](int b) { return Ub(b) + 64 * LDS; };
-    auto Pb = [&](int b) { return Qb(b) + CTPO * LDK; };
+    auto Qb = [&](int b) { return SM::QONE ? Qone : Ub(b) + 64 * LDS; };
+    auto Pb = [&](int b) { return SM::QONE ? Ub(b) + 64 * LDS : Qb(b) + CTPO * LDK; };
+    auto load_q = [&](const GdpChunkInfo &ck, int b) {
+        cp_token_rows<CTPO, KP>(Qb(b), LDK, (const bf16_t *)P.q + ((int64_t)ck.tok0 * P.H + h) * KP, (int64_t)P.H * KP, ck.ct);
+    };
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float S[TL::MT2][TL::NT2][4];
     state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return Sop + r * LDS + c; });
@@ -1445,10 +1452,12 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
         cp_tile16<64, BV>(Ub(b), LDS, (const bf16_t *)P.U + ch * P.sU + v0, P.VP);
         if (CTPO) {
             const GdpChunkInfo ck = P.chunk[ci];
-            cp_token_rows<CTPO, KP>(Qb(b), LDK, (const bf16_t *)P.q + ((int64_t)ck.tok0 * P.H + h) * KP, (int64_t)P.H * KP, ck.ct);
+            if (!SM::QONE) load_q(ck, b);
             cp_tile16<CTPO, 64>(Pb(b), LDT, (const bf16_t *)P.P + ch * P.sP, 64);
         }
     };
+    static_assert(!SM::QONE || NS == 2, "q's one buffer is waited for with stage 1's tiles");
+    if (SM::QONE && cbeg < cend) load_q(P.chunk[cbeg], 0);
 #pragma unroll
     for (int i = 0; i < NS - 1; i++) {
         if (cbeg + i < cend) prefetch(cbeg + i, i);
@@ -1482,6 +1491,10 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
             frag_each(O, mo, no, [&](int t, int, float &v) { v *= t < ck.ct ? P.scale * __expf(G[t]) : 0.f; });
         }
         __syncthreads();
+        if (SM::QONE && ci + 1 < cend) { /* every warp is past q h: the next chunk's q */
+            load_q(ck_next, 0);
+            cp_commit();
+        }
         if (!CTPO || P.keep_hd) store_tile16<64, BV>((bf16_t *)P.D + ch * P.sD + v0, P.VP, U, LDS);
         if (CTPO) { /* + P Delta, then o's rows t < ct */
             warp_mma<NO, false>(O, Pb(b), LDT, U, LDS, 64, mo, no);
@@ -3279,12 +3292,13 @@ static void (*state_fast_kernel(int KP, int bv, int ns, int ctpo))(Params) {
 #define GDP_SF(kp, b)                                                                   \
     if (KP == kp && bv == b && !ctpo) return ns == 3 ? k_state_fast<kp, b, 3, 0> : k_state_fast<kp, b, 2, 0>;
     GDP_SF(128, 128) GDP_SF(128, 64) GDP_SF(128, 32) GDP_SF(64, 128) GDP_SF(64, 64) GDP_SF(64, 32)
-    GDP_SF(256, 64) GDP_SF(256, 32) /* K 256: no output here (k_output makes it), no bv 128 (registers) */
+    GDP_SF(256, 64) GDP_SF(256, 32) /* K 256: no bv 128 (registers) */
 #undef GDP_SF
 #define GDP_SO(kp, b, c) \
     if (KP == kp && bv == b && ns == 2 && ctpo == c) return k_state_fast<kp, b, 2, c>;
     GDP_SO(128, 128, 16) GDP_SO(128, 128, 32) GDP_SO(128, 128, 64) GDP_SO(64, 128, 16) GDP_SO(64, 128, 32) GDP_SO(64, 128, 64)
     GDP_SO(128, 64, 32) GDP_SO(128, 64, 64) GDP_SO(64, 64, 32) GDP_SO(64, 64, 64)
+    GDP_SO(256, 64, 32) /* K 256: q single-buffered (StateFastSmem::QONE); 64 does not fit, 16 leaves a warp one n8 tile */
 #undef GDP_SO
     return nullptr;
 }
@@ -3294,7 +3308,7 @@ static size_t state_fast_smem(int KP, int bv, int ns, int ctpo) {
     GDP_SS(128, 128, 0) GDP_SS(128, 64, 0) GDP_SS(128, 32, 0) GDP_SS(64, 128, 0) GDP_SS(64, 64, 0) GDP_SS(64, 32, 0)
     GDP_SS(128, 128, 16) GDP_SS(128, 128, 32) GDP_SS(128, 128, 64) GDP_SS(64, 128, 16) GDP_SS(64, 128, 32) GDP_SS(64, 128, 64)
     GDP_SS(128, 64, 32) GDP_SS(128, 64, 64) GDP_SS(64, 64, 32) GDP_SS(64, 64, 64)
-    GDP_SS(256, 64, 0) GDP_SS(256, 32, 0)
+    GDP_SS(256, 64, 0) GDP_SS(256, 32, 0) GDP_SS(256, 64, 32)
 #undef GDP_SS
     return 0;
 }
@@ -3573,10 +3587,11 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
         /* A forward's fast state pass makes the output too (P.fast_out; the caller then launches no
          * k_output) at bv 128, and at bv 64 where its CTAs fit one an SM (the output's q and P tiles
          * take the shared memory that a second CTA had); whole 16-byte rows of q and o. H200, H 16,
-         * n_h 2: forward 0.857 -> 0.722 ms (k_output took 0.21). */
+         * n_h 2: forward 0.857 -> 0.722 ms (k_output took 0.21). At K 256 a CTA has an SM with or
+         * without the output, so it is made here wherever it fits (bv 64, 32 chunk tokens). */
         const long ctas = (long)P.N * P.H * (pl.VP / fast_bv);
         const bool out_here = P.o && fast_shape(pl, P) && !generic_part("output") &&
-                              (fast_bv == 128 || ctas <= device_attr(cudaDevAttrMultiProcessorCount, 132));
+                              (fast_bv == 128 || pl.KP == 256 || ctas <= device_attr(cudaDevAttrMultiProcessorCount, 132));
         const int ctpo = out_here && state_fast_kernel(pl.KP, fast_bv, ns, pl.Ctp) &&
                                  state_fast_smem(pl.KP, fast_bv, ns, pl.Ctp) <= (size_t)limit
                              ? pl.Ctp

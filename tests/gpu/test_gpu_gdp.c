@@ -569,6 +569,9 @@ static const RandCase state_cases[] = {
     /* added after the others so that their seeds stay */
     {GDP_MODE_HOUSEHOLDER, 1, 1000, 1, 128, 128, 1, 1, 1, 3},
     {GDP_MODE_HOUSEHOLDER, 1, 130, 2, 128, 64, 2, 1, 1, 0},
+    /* K 256: at V tile 64 the state pass makes o (32 chunk tokens), at 128 the generic pass runs */
+    {GDP_MODE_HOUSEHOLDER, 1, 200, 2, 256, 128, 2, 1, 1, 2},
+    {GDP_MODE_SPLIT, 1, 130, 1, 256, 256, 3, 1, 0, 0},
 };
 static const char *const state_bvs[2] = {"128", "64"};
 GPU_TEST(state_pass_output) {
@@ -594,14 +597,16 @@ GPU_TEST(output_pass) {
     cases_per_env(failures, state_cases, GDP_ARRAY_LEN(state_cases), 8000, "GDP_GENERIC", generic, 1);
 }
 
-/* The fast dh pass at K 256: V tile 64 (16 chunk tokens, n_h 4 and more) and 32 (up to 32 chunk
- * tokens) forced, both modes, varlen; where a forced tile does not fit, the generic pass runs. */
+/* The fast dh pass at K 256 (q single-buffered): V tile 64 (up to 32 chunk tokens) and 32 (up to 64)
+ * forced, both modes, varlen, n_h 1 to 4; where a forced tile does not fit, the generic pass runs. */
 GPU_TEST(dh_pass_k256) {
     static const RandCase cs[] = {
         /* mode, B, T, H, K, V, n, gate, h0, nseq */
         {GDP_MODE_HOUSEHOLDER, 1, 150, 2, 256, 128, 4, 1, 1, 2},
         {GDP_MODE_SPLIT, 1, 100, 1, 256, 256, 4, 1, 1, 0},
         {GDP_MODE_HOUSEHOLDER, 1, 200, 1, 256, 256, 2, 1, 0, 0},
+        {GDP_MODE_HOUSEHOLDER, 1, 260, 1, 256, 128, 1, 1, 1, 2},
+        {GDP_MODE_SPLIT, 1, 130, 2, 256, 128, 3, 1, 1, 0},
     };
     static const char *const bvs[2] = {"64", "32"};
     cases_per_env(failures, cs, GDP_ARRAY_LEN(cs), 9000, "GDP_BV_DH", bvs, 2);
@@ -687,6 +692,7 @@ static int sanitize_main(void) {
         {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 2, 1, 1, 2}, "64", "1"},  /* the state pass by tensor copies, V tile 64 */
         {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, "128", "1"}, /* the same at V tile 128 */
         {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 256, 128, 2, 1, 1, 2}, NULL, NULL}, /* K 256: the output by k_output_fast */
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 256, 128, 3, 1, 1, 2}, "64", NULL}, /* K 256, V tile 64: o by the state pass */
     };
     for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) {
         RandData r;
