@@ -594,14 +594,16 @@ GPU_TEST(output_pass) {
     cases_per_env(failures, state_cases, GDP_ARRAY_LEN(state_cases), 8000, "GDP_GENERIC", generic, 1);
 }
 
-/* The fast dh pass at K 256: V tile 64 (16 chunk tokens, n_h 4 and more) and 32 (up to 32 chunk
- * tokens) forced, both modes, varlen; where a forced tile does not fit, the generic pass runs. */
+/* The fast dh pass at K 256 (q single-buffered): V tile 64 (up to 32 chunk tokens) and 32 (up to 64)
+ * forced, both modes, varlen, n_h 1 to 4; where a forced tile does not fit, the generic pass runs. */
 GPU_TEST(dh_pass_k256) {
     static const RandCase cs[] = {
         /* mode, B, T, H, K, V, n, gate, h0, nseq */
         {GDP_MODE_HOUSEHOLDER, 1, 150, 2, 256, 128, 4, 1, 1, 2},
         {GDP_MODE_SPLIT, 1, 100, 1, 256, 256, 4, 1, 1, 0},
         {GDP_MODE_HOUSEHOLDER, 1, 200, 1, 256, 256, 2, 1, 0, 0},
+        {GDP_MODE_HOUSEHOLDER, 1, 260, 1, 256, 128, 1, 1, 1, 2},
+        {GDP_MODE_SPLIT, 1, 130, 2, 256, 128, 3, 1, 1, 0},
     };
     static const char *const bvs[2] = {"64", "32"};
     cases_per_env(failures, cs, GDP_ARRAY_LEN(cs), 9000, "GDP_BV_DH", bvs, 2);
