@@ -1696,11 +1696,17 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
     state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
 }
 
+/* At K 256 q has one buffer (QONE, as k_state_fast's): chunk ci's q is loaded once every warp is
+ * past chunk ci + 1's dS update (the step's first barrier), ahead of the next stage's tiles, and
+ * scaled after the second barrier, with a third before the dS update reads it. Two stages of q
+ * left V tile 64 just over the shared memory at 32 chunk tokens, and V tile 32 loads W and Kwd
+ * twice as often (H200, K = V = 256, n_h 2: dh 2.22 ms at V tile 32). */
 template <int KP, int BV, int CTP> struct DhFastSmem {
     static constexpr int LDK = KP + 8, LDS = BV + 8;
-    static constexpr size_t STAGE =
-        256 + 2 * (size_t)64 * LDK * 2 + (size_t)CTP * LDT * 2 + (size_t)CTP * LDS * 2 + (size_t)CTP * LDK * 2;
-    static constexpr size_t BYTES = 2 * STAGE + (size_t)64 * LDS * 2 + (size_t)KP * LDS * 2;
+    static constexpr bool QONE = KP > 128;
+    static constexpr size_t QT = (size_t)CTP * LDK * 2;
+    static constexpr size_t STAGE = 256 + 2 * (size_t)64 * LDK * 2 + (size_t)CTP * LDT * 2 + (size_t)CTP * LDS * 2 + (QONE ? 0 : QT);
+    static constexpr size_t BYTES = 2 * STAGE + (size_t)64 * LDS * 2 + (size_t)KP * LDS * 2 + (QONE ? QT : 0);
 };
 
 /* Requires K == KP and V % BV == 0 with 16-byte aligned q and dO rows (P.veck, P.vecv). */
@@ -1714,28 +1720,44 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
     const SeqStageHead<KP, SM::STAGE> hd{smem};
     auto Pb = [&](int b) { return hd.after(b); };
     auto dOb = [&](int b) { return Pb(b) + CTP * LDT; };
-    auto Qb = [&](int b) { return dOb(b) + CTP * LDS; };
-    bf16_t *nD = (bf16_t *)(smem + 2 * SM::STAGE), *dSop = nD + 64 * LDS;
+    bf16_t *nD = (bf16_t *)(smem + 2 * SM::STAGE), *dSop = nD + 64 * LDS, *Qone = dSop + KP * LDS;
+    auto Qb = [&](int b) { return SM::QONE ? Qone : dOb(b) + CTP * LDS; };
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float dS[TL::MT2][TL::NT2][4];
     state_frags_in(dS, P.dht, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return dSop + r * LDS + c; });
     const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
     const int64_t qstride = (int64_t)P.H * KP, ostride = (int64_t)P.H * P.V;
+    auto load_q = [&](const GdpChunkInfo &ck, int b) {
+        cp_token_rows<CTP, KP>(Qb(b), LDK, (const bf16_t *)P.q + ((int64_t)ck.tok0 * P.H + h) * KP, qstride, ck.ct);
+    };
     auto prefetch = [&](int ci, int b, GdpChunkInfo ck) {
         const int64_t ch = (int64_t)ci * P.H + h;
         hd.prefetch(P, ch, b);
         cp_tile16<CTP, 64>(Pb(b), LDT, (const bf16_t *)P.P + ch * P.sP, 64);
         cp_token_rows<CTP, BV>(dOb(b), LDS, (const bf16_t *)P.d_o + ((int64_t)ck.tok0 * P.H + h) * P.V + v0, ostride, ck.ct);
-        cp_token_rows<CTP, KP>(Qb(b), LDK, (const bf16_t *)P.q + ((int64_t)ck.tok0 * P.H + h) * KP, qstride, ck.ct);
+        if (!SM::QONE) load_q(ck, b);
     };
     GdpChunkInfo cur = cbeg < cend ? P.chunk[cend - 1] : GdpChunkInfo{0, 0, 0, 0};
-    if (cbeg < cend) prefetch(cend - 1, 0, cur);
+    if (cbeg < cend) {
+        prefetch(cend - 1, 0, cur);
+        if (SM::QONE) load_q(cur, 0);
+    }
     cp_commit();
     GdpChunkInfo nxt = cend - 2 >= cbeg ? P.chunk[cend - 2] : cur;
+    /* q <- scale e^G q; rows past ct are zeros already */
+    auto scale_q = [&](bf16_t *Q, const float *Gs, int ct) {
+        for_pieces16<CTP, KP>([&](int t, int x) {
+            if (t < ct) scale8(Q + t * LDK + x, Q + t * LDK + x, P.scale * __expf(Gs[t]));
+        });
+    };
     for (int ci = cend - 1; ci >= cbeg; ci--) {
         const int b = (cend - 1 - ci) & 1, ct = cur.ct;
         cp_wait<0>();
         __syncthreads();
+        if (SM::QONE && ci < cend - 1) { /* the last step's dS update has read q: this chunk's */
+            load_q(cur, 0);
+            cp_commit();
+        }
         if (ci - 1 >= cbeg) prefetch(ci - 1, b ^ 1, nxt);
         cp_commit();
         cur = nxt;
@@ -1744,9 +1766,7 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
         const float *Gs = hd.G(b);
         const float gL = __expf(Gs[ct - 1]);
         bf16_t *Q = Qb(b), *dO = dOb(b);
-        for_pieces16<CTP, KP>([&](int t, int x) { /* q <- scale e^G q; rows past ct are zeros already */
-            if (t < ct) scale8(Q + t * LDK + x, Q + t * LDK + x, P.scale * __expf(Gs[t]));
-        });
+        if (!SM::QONE) scale_q(Q, Gs, ct);
         store_tile16<KP, BV>((bf16_t *)P.dh + ch * P.sH + v0, P.VP, dSop, LDS);
         float acc[TL::MT1][TL::NT1][4];
 #pragma unroll
@@ -1758,7 +1778,12 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
             frag_each(acc[mt], tl.m1 + 16 * mt, tl.n1, [](int, int, float &v) { v = -v; });
             frag_store_bf16(acc[mt], nD, LDS, tl.m1 + 16 * mt, tl.n1);
         }
+        if (SM::QONE) cp_wait<1>(); /* q's group, older than the next stage's */
         __syncthreads();
+        if (SM::QONE) {
+            scale_q(Q, Gs, ct);
+            __syncthreads();
+        }
         store_tile16<64, BV>((bf16_t *)P.dD + ch * P.sD + v0, P.VP, nD, LDS, 0x80008000u);
         frag_scale(dS, gL);
         warp_mma_mt<TL::MT2, TL::NT2, true>(dS, Q, LDK, dO, LDS, CTP, tl.m2, tl.n2);
@@ -3331,7 +3356,7 @@ static void (*dh_fast_kernel(int KP, int bv, int ctp))(Params) {
     if (KP == kp && bv == b)                                                                                 \
         return ctp == 16 ? k_dh_fast<kp, b, 16> : ctp == 32 ? k_dh_fast<kp, b, 32> : ctp == 64 ? k_dh_fast<kp, b, 64> : nullptr;
     GDP_DF(128, 128) GDP_DF(128, 64) GDP_DF(128, 32) GDP_DF(64, 128) GDP_DF(64, 64) GDP_DF(64, 32)
-    GDP_DF(256, 64) GDP_DF(256, 32) /* K 256: bv 64 fits the shared memory at 16 chunk tokens, bv 32 up to 32 */
+    GDP_DF(256, 64) GDP_DF(256, 32) /* K 256 (q single-buffered): bv 64 up to 32 chunk tokens, bv 32 up to 64 */
 #undef GDP_DF
     return nullptr;
 }
