@@ -5,7 +5,7 @@
  *     16..256, n 1..4, both modes, gate and h0 on/off, varlen);
  *   - determinism (two backward runs bit-identical) and the error paths.
  * Outputs and workspace are filled with NaN before every run, so an element nobody wrote fails.
- * `test_gpu_gdp --sanitize` runs only a small case, for compute-sanitizer.
+ * `test_gpu_gdp --sanitize [I,J,...]` runs only small cases (those listed), for compute-sanitizer.
  * Vector file: $GDP_VECTORS, else .carry/testdata/gdp_vectors.h5, else ../shared/testdata/gdp_vectors.h5. */
 #include <math.h>
 #include <stdio.h>
@@ -571,7 +571,7 @@ static const RandCase state_cases[] = {
     {GDP_MODE_HOUSEHOLDER, 1, 130, 2, 128, 64, 2, 1, 1, 0},
     /* K 256: at V tile 64 the state pass makes o (32 chunk tokens), at 128 the generic pass runs */
     {GDP_MODE_HOUSEHOLDER, 1, 200, 2, 256, 128, 2, 1, 1, 2},
-    {GDP_MODE_SPLIT, 1, 130, 1, 256, 256, 3, 1, 0, 0},
+    {GDP_MODE_SPLIT, 1, 130, 1, 256, 256, 2, 1, 0, 0},
 };
 static const char *const state_bvs[2] = {"128", "64"};
 GPU_TEST(state_pass_output) {
@@ -606,7 +606,8 @@ GPU_TEST(dh_pass_k256) {
         {GDP_MODE_SPLIT, 1, 100, 1, 256, 256, 4, 1, 1, 0},
         {GDP_MODE_HOUSEHOLDER, 1, 200, 1, 256, 256, 2, 1, 0, 0},
         {GDP_MODE_HOUSEHOLDER, 1, 260, 1, 256, 128, 1, 1, 1, 2},
-        {GDP_MODE_SPLIT, 1, 130, 2, 256, 128, 3, 1, 1, 0},
+        {GDP_MODE_HOUSEHOLDER, 1, 130, 2, 256, 128, 3, 1, 1, 0},
+        {GDP_MODE_SPLIT, 1, 90, 1, 256, 128, 2, 1, 0, 2},
     };
     static const char *const bvs[2] = {"64", "32"};
     cases_per_env(failures, cs, GDP_ARRAY_LEN(cs), 9000, "GDP_BV_DH", bvs, 2);
@@ -673,13 +674,27 @@ GPU_TEST(error_paths) {
 }
 
 /* ---------------------------------------------------------------- small case for compute-sanitizer */
+/* whether i is one of the comma-separated indices in list */
+static int index_listed(const char *list, int i) {
+    for (const char *p = list; *p;) {
+        char *end;
+        const long v = strtol(p, &end, 10);
+        if (end == p) return 0;
+        if (v == i) return 1;
+        p = *end == ',' ? end + 1 : end;
+        if (end == p) return 0;
+    }
+    return 0;
+}
 /* name=value in the environment, or name unset where value is NULL */
 static void env_set_or_unset(const char *name, const char *value) {
     if (value) setenv(name, value, 1);
     else unsetenv(name);
 }
 
-static int sanitize_main(void) {
+/* `only`: a comma-separated list of case indices to run (NULL: all), so that a slow tool can take the
+ * cases in separate runs */
+static int sanitize_main(const char *only) {
     int failures = 0;
     /* each case with the GDP_BV_STATE and GDP_STATE_TMA it runs under (NULL: unset) */
     const struct { RandCase rc; const char *bv_state, *state_tma; } cs[] = {
@@ -695,6 +710,8 @@ static int sanitize_main(void) {
         {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 256, 128, 3, 1, 1, 2}, "64", NULL}, /* K 256, V tile 64: o by the state pass */
     };
     for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) {
+        if (only && !index_listed(only, (int)i)) continue;
+        const int failures_before = failures;
         RandData r;
         rand_make(&cs[i].rc, 9 + i, &r);
         env_set_or_unset("GDP_BV_STATE", cs[i].bv_state);
@@ -709,6 +726,9 @@ static int sanitize_main(void) {
             }
         }
         rand_free(&r);
+        printf("sanitize case %zu (K %d, V %d, n %d): %s\n", i, cs[i].rc.K, cs[i].rc.V, cs[i].rc.n,
+               failures > failures_before ? "FAILED" : "ok");
+        fflush(stdout);
     }
     unsetenv("GDP_BV_STATE");
     unsetenv("GDP_STATE_TMA");
@@ -718,6 +738,6 @@ static int sanitize_main(void) {
 
 /* test_gpu_gdp [NAME...]: with names, only the tests whose name contains one of them. */
 int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "--sanitize")) return sanitize_main();
+    if (argc > 1 && !strcmp(argv[1], "--sanitize")) return sanitize_main(argc > 2 ? argv[2] : NULL);
     return gpu_test_run(argc, argv);
 }
