@@ -423,25 +423,11 @@ template <int LD = LDA> __device__ __forceinline__ void solve_t_block(float *Tf,
  * their operands exist, at most one block-piece a thread in each of six steps (the old order by
  * distance I - J took 144 serial multiply-adds a thread, this 96), with the same sums in the same
  * order, so the same bits. Tf is not cleared: the steps write every block they read. */
-template <int LD = LDA, class Conv, class Side>
-__device__ void solve_T(const float *Af, float *Tf, bool upper, Conv conv, Side side) {
+/* The off-diagonal blocks on CUDA cores: the terms of Z_IJ as soon as their operands exist, at most
+ * one block piece a thread in each of six steps (the old order by distance I - J took 144 serial
+ * multiply-adds a thread, this 96), in ascending m, each ended by a barrier. */
+template <int LD> __device__ __forceinline__ void solve_merges_terms(const float *Af, float *Tf) {
     const int tid = threadIdx.x, q = tid >> 6, pc = tid & 63;
-    if (tid < 64) {
-        const int b = tid >> 4, j = tid & 15, o = b * 16;
-        float x[16];
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            float s = i == j ? 1.f : 0.f;
-#pragma unroll
-            for (int m = 0; m < i; m++) s -= Af[(o + i) * LD + o + m] * x[m];
-            x[i] = i < j ? 0.f : s;
-        }
-#pragma unroll
-        for (int i = 0; i < 16; i++) Tf[(o + i) * LD + o + j] = x[i];
-    } else {
-        side(tid - 64, (int)blockDim.x - 64);
-    }
-    __syncthreads();
     /* q = tid / 64 picks the block a quarter of the threads works on (warp-uniform) */
     if (q < 3) solve_z_term<LD>(Af, Tf, q + 1, q, q, pc); /* Z_10, Z_21, Z_32 */
     else solve_z_term<LD>(Af, Tf, 3, 0, 0, pc);          /* Z_30, term 0 */
@@ -461,9 +447,71 @@ __device__ void solve_T(const float *Af, float *Tf, bool upper, Conv conv, Side 
     __syncthreads();
     if (q == 0) solve_t_block<LD>(Tf, 3, 0, pc); /* T_30 */
     __syncthreads();
-    /* the 10 blocks on or below the diagonal (16 rows x 8 pairs each), then the 6 above */
-    for (int e = tid; e < (upper ? 16 : 10) * 128; e += blockDim.x) {
-        int blk = e >> 7, I, J;
+}
+
+/* The off-diagonal blocks on tensor cores, once T's diagonal blocks are in Tf (and visible): for
+ * distance d = I - J = 1, 2, 3 in turn, Z_IJ = A[I, J..I-1] T[J..I-1, J] (one product 16(I - J)
+ * deep) and T_IJ = -T_II Z_IJ, two warps a block (8 columns each), 3xTF32 so that T keeps about
+ * fp32's precision. Z passes through Tf's block (J, I) above the diagonal, which T never uses, from
+ * the C layout of one product to the B layout of the next (each warp reads only what it wrote).
+ * Needs LD even (8-byte stores) and NTHREADS >= 192. */
+template <int LD> __device__ __forceinline__ void solve_merges_tc(const float *Af, float *Tf) {
+    static_assert(LD % 2 == 0, "float2 stores into Tf");
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int d = 1; d <= 3; d++) {
+        if (warp < 2 * (4 - d)) {
+            const int J = warp >> 1, I = J + d, half = 8 * (warp & 1), n0 = 16 * J + half;
+            float z[4] = {0.f, 0.f, 0.f, 0.f};
+            warp_mma_f32x3(z, Af + 16 * I * LD + 16 * J, LD, Tf + 16 * J * LD + n0, LD, 16 * d);
+            float *zs = Tf + 16 * J * LD + 16 * I + half; /* Z's 16 x 8 piece, rows LD apart */
+            store2(zs + g * LD + 2 * tq, z[0], z[1]);
+            store2(zs + (g + 8) * LD + 2 * tq, z[2], z[3]);
+            __syncwarp();
+            float t[4] = {0.f, 0.f, 0.f, 0.f};
+            warp_mma_f32x3(t, Tf + 16 * I * LD + 16 * I, LD, zs, LD, 16);
+            store2(Tf + (16 * I + g) * LD + n0 + 2 * tq, -t[0], -t[1]);
+            store2(Tf + (16 * I + g + 8) * LD + n0 + 2 * tq, -t[2], -t[3]);
+        }
+        __syncthreads();
+    }
+}
+
+/* TC: the off-diagonal blocks by solve_merges_tc (the fast prep) instead of the fp32 terms below. */
+template <int LD = LDA, bool TC = false, class Conv, class Side>
+__device__ void solve_T(const float *Af, float *Tf, bool upper, Conv conv, Side side) {
+    const int tid = threadIdx.x;
+    if (tid < 64) {
+        const int b = tid >> 4, j = tid & 15, o = b * 16;
+        float x[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            float s = i == j ? 1.f : 0.f;
+#pragma unroll
+            for (int m = 0; m < i; m++) s -= Af[(o + i) * LD + o + m] * x[m];
+            x[i] = i < j ? 0.f : s;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) Tf[(o + i) * LD + o + j] = x[i];
+    } else {
+        side(tid - 64, NTHREADS - 64);
+    }
+    __syncthreads();
+    if constexpr (TC)
+        solve_merges_tc<LD>(Af, Tf);
+    else
+        solve_merges_terms<LD>(Af, Tf);
+    /* the 10 blocks on or below the diagonal (16 rows x 8 pairs each), then the 6 above. Every
+     * caller runs NTHREADS threads; a thread reads all its pairs of Tf before it converts any (conv's
+     * stores may alias Tf as far as the compiler knows), so the reads are in flight together. */
+    constexpr int KMAX = 16 * 128 / NTHREADS;
+    const int n_pairs = (upper ? 16 : 10) * 128;
+    int pos[KMAX];
+    float2 tv[KMAX];
+#pragma unroll
+    for (int k = 0; k < KMAX; k++) {
+        const int e = tid + k * NTHREADS, blk = e >> 7;
+        int I, J;
         if (blk < 10) {
             I = blk < 1 ? 0 : blk < 3 ? 1 : blk < 6 ? 2 : 3; /* blk = I (I + 1) / 2 + J */
             J = blk - I * (I + 1) / 2;
@@ -473,9 +521,12 @@ __device__ void solve_T(const float *Af, float *Tf, bool upper, Conv conv, Side 
             J = l < 3 ? l + 1 : l < 5 ? l - 1 : 3;
         }
         const int i = 16 * I + ((e >> 3) & 15), j = 16 * J + (e & 7) * 2;
-        if (J > I) conv(i, j, 0.f, 0.f);
-        else conv(i, j, Tf[i * LD + j], Tf[i * LD + j + 1]);
+        pos[k] = i * 64 + j;
+        tv[k] = e < n_pairs && J <= I ? make_float2(Tf[i * LD + j], Tf[i * LD + j + 1]) : make_float2(0.f, 0.f);
     }
+#pragma unroll
+    for (int k = 0; k < KMAX; k++)
+        if (tid + k * NTHREADS < n_pairs) conv(pos[k] >> 6, pos[k] & 63, tv[k].x, tv[k].y);
     __syncthreads();
 }
 
@@ -1230,7 +1281,12 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     float *Af = (float *)(smem + SM::OFF_AF), *Tf = (float *)(smem + SM::OFF_TF);
     bf16_t *Kw = (bf16_t *)(smem + SM::OFF_KW), *R = hh ? Kw : Kw + 64 * LDK, *QV = R + 64 * LDK;
     /* raw keys (split mode: every row of a token holds the token's key; made into R and K_w below) */
-    cp_rows_of<64, KP>(Kw, LDK, [&](int r) { return krow<bf16_t>(P, c.tok0, c.h, r); }, lc);
+    /* chunk row r's key and value sit rowtok(r) steps of H rows past row 0's (a row a step in
+     * householder mode, a token in split mode): one multiply-add an address, where krow / vrow
+     * recompute the whole index */
+    auto rowtok = [&](int r) { return (int64_t)(hh ? r : tokof(P, r)) * P.H; };
+    const bf16_t *k0row = krow<bf16_t>(P, c.tok0, c.h, 0), *v0row = vrow<bf16_t>(P, c.tok0, c.h, 0);
+    cp_rows_of<64, KP>(Kw, LDK, [&](int r) { return k0row + rowtok(r) * KP; }, lc);
     cp_token_rows<CTP, KP>(QV, LDK, (const bf16_t *)P.q + ((int64_t)c.tok0 * P.H + c.h) * KP, (int64_t)P.H * KP, ct);
     cp_commit();
     load_gates<bf16_t>(P, c, Gs, br);
@@ -1262,11 +1318,27 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
             if (bi < 10) {
                 const int I = bi < 1 ? 0 : bi < 3 ? 1 : bi < 6 ? 2 : 3, J = bi - I * (I + 1) / 2; /* bi = I (I + 1) / 2 + J */
                 warp_mma<2, false, true>(acc, R, LDK, Kw, LDK, KP, 16 * I, 16 * J);
-                frag_each(acc, 16 * I, 16 * J, [&](int i, int j, float v) {
-                    float a = 0.f;
-                    if (i < lc && j < lc && earlier(P, i, j)) a = br[i] * __expf(Gs[tokof(P, i)] - Gs[tokof(P, j)]) * v;
-                    Af[i * LDAF + j] = a;
-                });
+                /* A_ij = beta_i e^{G_i - G_j} <R_i, K_w,j> where j is earlier than i (then j < lc when i
+                 * is, and beta_i is 0 past lc), else 0. Branch-free: a masked entry's factor may be
+                 * inf, but it is selected away, never multiplied in. */
+                const int lane = tid & 31, i0 = 16 * I + (lane >> 2), j0 = 16 * J + 2 * (lane & 3);
+#pragma unroll
+                for (int rh = 0; rh < 2; rh++) {
+                    const int i = i0 + 8 * rh, ti = tokof(P, i);
+                    const float Gi = Gs[ti], beta_i = br[i];
+#pragma unroll
+                    for (int nt = 0; nt < 2; nt++) {
+                        float a[2];
+#pragma unroll
+                        for (int e1 = 0; e1 < 2; e1++) {
+                            const int j = j0 + 8 * nt + e1, tj = tokof(P, j);
+                            const bool live = hh ? j < i : tj < ti;
+                            const float x = beta_i * __expf(Gi - Gs[tj]) * acc[nt][2 * rh + e1];
+                            a[e1] = live ? x : 0.f;
+                        }
+                        store2(Af + i * LDAF + j0 + 8 * nt, a[0], a[1]);
+                    }
+                }
                 continue;
             }
             /* the k-th live block, or the k-th other one */
@@ -1278,10 +1350,23 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
             const int mp = 16 * (pb >> 2), np = 16 * (pb & 3);
             if (live) {
                 warp_mma<2, false, true>(acc, QV, LDK, Kw, LDK, KP, mp, np);
-                frag_each(acc, mp, np, [&](int t, int s2, float &v) {
-                    const int ts = tokof(P, s2);
-                    v = t < ct && s2 < lc && ts <= t ? P.scale * __expf(Gs[t] - Gs[ts]) * v : 0.f;
-                });
+                /* branch-free as A's blocks: e^{G_t - G_s} may be inf where masked, and is then
+                 * selected away */
+                const int lane = tid & 31, t0 = mp + (lane >> 2), s0 = np + 2 * (lane & 3);
+#pragma unroll
+                for (int rh = 0; rh < 2; rh++) {
+                    const int t = t0 + 8 * rh;
+                    const float Gt = Gs[t];
+#pragma unroll
+                    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                        for (int e1 = 0; e1 < 2; e1++) {
+                            const int s2 = s0 + 8 * nt + e1, ts = tokof(P, s2);
+                            float &v = acc[nt][2 * rh + e1];
+                            const float x = P.scale * __expf(Gt - Gs[ts]) * v;
+                            v = t < ct && s2 < lc && ts <= t ? x : 0.f;
+                        }
+                }
             }
             frag_store_bf16(acc, (bf16_t *)P.P + c.ch * P.sP, 64, mp, np);
         }
@@ -1289,11 +1374,11 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     __syncthreads();
     /* V into QV (q is no longer needed) while Kwd is written and T solved */
     for (int v0 = 0; v0 < P.VP; v0 += GDP_TILE)
-        cp_rows_of<64, GDP_TILE>(QV + v0, ldv, [&](int r) { return vrow<bf16_t>(P, c.tok0, c.h, r) + v0; }, lc);
+        cp_rows_of<64, GDP_TILE>(QV + v0, ldv, [&](int r) { return v0row + rowtok(r) * P.VP + v0; }, lc);
     cp_commit();
     bf16_t *Tw = (bf16_t *)Af, *Tu = Tw + 64 * LDT, *Kwd = (bf16_t *)P.Kwd + c.ch * P.sW;
     bf16_t *Tg = P.Tsave ? (bf16_t *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK) : nullptr;
-    solve_T<LDAF>(
+    solve_T<LDAF, true>(
         Af, Tf, Tg != nullptr,
         [&](int i, int j, float t0, float t1) {
             /* Af is dead once the merges are done (solve_T syncs before calling conv). Only the

@@ -62,6 +62,41 @@ __device__ __forceinline__ void mma_bf16(float *d, uint32_t a0, uint32_t a1, uin
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/* x rounded to tf32 (the low 13 mantissa bits zero), as the bits an mma's tf32 operand takes */
+__device__ __forceinline__ uint32_t tf32_round(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+/* x = hi + lo with hi and lo tf32: products of the two parts keep about fp32's precision (3xTF32) */
+__device__ __forceinline__ void tf32_split(float x, uint32_t &hi, uint32_t &lo) {
+    hi = tf32_round(x);
+    lo = tf32_round(x - __uint_as_float(hi));
+}
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* d += A (16 x kd at a, row-major, lda) x B (kd x 8 at b, row-major, ldb), fp32 operands in shared
+ * memory, by 3xTF32 mma: hi x hi + hi x lo + lo x hi, the small products first. kd % 8 == 0. */
+__device__ __forceinline__ void warp_mma_f32x3(float (&d)[4], const float *a, int lda, const float *b, int ldb, int kd) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    for (int k0 = 0; k0 < kd; k0 += 8) {
+        uint32_t ah[4], al[4], bh[2], bl[2];
+        tf32_split(a[g * lda + k0 + tq], ah[0], al[0]);
+        tf32_split(a[(g + 8) * lda + k0 + tq], ah[1], al[1]);
+        tf32_split(a[g * lda + k0 + tq + 4], ah[2], al[2]);
+        tf32_split(a[(g + 8) * lda + k0 + tq + 4], ah[3], al[3]);
+        tf32_split(b[(k0 + tq) * ldb + g], bh[0], bl[0]);
+        tf32_split(b[(k0 + tq + 4) * ldb + g], bh[1], bl[1]);
+        mma_tf32(d, al, bh[0], bh[1]);
+        mma_tf32(d, ah, bl[0], bl[1]);
+        mma_tf32(d, ah, bh[0], bh[1]);
+    }
+}
+
 /* acc[nt][e] for the warp tile at (m0, n0): element e of n-tile nt is row m0 + g (+8 for e>=2),
  * column n0 + nt*8 + 2*tq (+1 for odd e), g = lane/4, tq = lane%4 (the mma C layout). */
 __device__ __forceinline__ void mma_loop(float (&acc)[4][4], SMat<__nv_bfloat16> A, SMat<__nv_bfloat16> B, int K,
