@@ -1250,16 +1250,19 @@ __device__ __forceinline__ void cp_token_rows(bf16_t *s, int lds, const bf16_t *
 /* k_prep2 for bf16 with K == KP in {64, 128}, V == VP a multiple of 64 and 16-byte aligned rows;
  * CTP = Ctp. The steps, products and roundings of k_prep2, with compile-time tiles: copies by
  * shifts, the A and P masks applied to the fragments, W and U stored from the fragments, Kwd by
- * 16-byte moves. Split mode keeps R in a buffer of its own. */
+ * 16-byte moves. Split mode's R (the mask-weighted keys) lives in T's fp32 tile until the solve
+ * (R_IN_TF: K 64 and 128) and is made again in place of K_w after it, so that split mode fits three
+ * CTAs an SM as householder mode does; at K 256 it keeps a buffer of its own. */
 template <int KP, int CTP> struct Prep2FastSmem {
     static constexpr int LDK = KP + 8;
     static constexpr size_t AFB = (size_t)2 * 64 * LDT * 2 > (size_t)64 * LDAF * 4 ? (size_t)2 * 64 * LDT * 2 : (size_t)64 * LDAF * 4;
     static constexpr size_t OFF_AF = 4 * 64 * 4; /* after Gs, br, rowf, bg [64] */
     static constexpr size_t OFF_TF = OFF_AF + AFB;       /* Af, then T diag(beta gamma) and T diag(beta) */
     static constexpr size_t OFF_KW = OFF_TF + (size_t)64 * LDAF * 4;
+    static constexpr bool R_IN_TF = (size_t)64 * LDK * 2 <= (size_t)64 * LDAF * 4;
     static size_t bytes(bool split, int VP) {
         const size_t qv = (size_t)CTP * LDK > (size_t)64 * (VP + 8) ? (size_t)CTP * LDK : (size_t)64 * (VP + 8);
-        return OFF_KW + (size_t)(split ? 2 : 1) * 64 * LDK * 2 + qv * 2;
+        return OFF_KW + (size_t)(split && !R_IN_TF ? 2 : 1) * 64 * LDK * 2 + qv * 2;
     }
 };
 
@@ -1279,7 +1282,9 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     constexpr bool stage = KP == 128;
     float *Gs = (float *)smem, *br = Gs + 64, *rowf = br + 64, *bg = rowf + 64;
     float *Af = (float *)(smem + SM::OFF_AF), *Tf = (float *)(smem + SM::OFF_TF);
-    bf16_t *Kw = (bf16_t *)(smem + SM::OFF_KW), *R = hh ? Kw : Kw + 64 * LDK, *QV = R + 64 * LDK;
+    constexpr bool r_in_tf = SM::R_IN_TF;
+    bf16_t *Kw = (bf16_t *)(smem + SM::OFF_KW), *QV = Kw + (r_in_tf ? 1 : 2) * 64 * LDK;
+    bf16_t *R = hh ? Kw : r_in_tf ? (bf16_t *)Tf : Kw + 64 * LDK;
     /* raw keys (split mode: every row of a token holds the token's key; made into R and K_w below) */
     /* chunk row r's key and value sit rowtok(r) steps of H rows past row 0's (a row a step in
      * householder mode, a token in split mode): one multiply-add an address, where krow / vrow
@@ -1399,6 +1404,11 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
      * steps each) and a quarter of the columns. */
     const int mta = warp & 1 ? 1 : 0, mtb = 3 - mta, nq = warp >> 1;
     bf16_t *Wg = (bf16_t *)P.W + c.ch * P.sW, *Ug = (bf16_t *)P.U + c.ch * P.sU;
+    if (!hh && r_in_tf) { /* R again, in place of K_w (Kwd is written: solve_T ends with a barrier) */
+        split_keys<bf16_t>(P, c, Kw, LDK, Kw, LDK, 0, KP, false);
+        __syncthreads();
+        R = Kw;
+    }
     {
         constexpr int NTW = KP / 32;
 #pragma unroll
