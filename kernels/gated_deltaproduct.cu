@@ -1049,6 +1049,53 @@ template <int NT, class F> __device__ __forceinline__ void frag_each(float (&acc
 #pragma unroll
         for (int e = 0; e < 4; e++) f(m0 + g + (e >> 1) * 8, n0 + nt * 8 + 2 * tq + (e & 1), acc[nt][e]);
 }
+/* The gated masks of the chunk products, on a warp's fragment at (m0, n0), branch-free: the gate
+ * factor of a masked entry may be inf, but it is selected away, never multiplied in (a branch per
+ * element, each with its gate loads and exp, is what the compiler made of the select-free form).
+ *   frag_causal_decay: rows t tokens, columns s chunk rows: v = scale e^{G_t - G_tok(s)} v where
+ *     t < ct, s < lc and tok(s) <= t, else 0 (P and dS).
+ *   frag_earlier_decay: rows and columns chunk rows: v = f(i) e^{G_tok(i) - G_tok(j)} v where i < lc
+ *     and row j is earlier than row i (then j < lc too), else 0 (prep's A; bwd_b's dA keeps the
+ *     per-element form: the hoisted one made k_bwd_b_fast<true> spill 120 bytes). */
+template <int NT>
+__device__ __forceinline__ void frag_causal_decay(const Params &P, float (&acc)[NT][4], const float *Gs, int m0, int n0,
+                                                  int ct, int lc) {
+    const int lane = threadIdx.x & 31, t0 = m0 + (lane >> 2), s0 = n0 + 2 * (lane & 3);
+#pragma unroll
+    for (int rh = 0; rh < 2; rh++) {
+        const int t = t0 + 8 * rh;
+        const float Gt = Gs[t];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e1 = 0; e1 < 2; e1++) {
+                const int s = s0 + 8 * nt + e1, ts = tokof(P, s);
+                float &v = acc[nt][2 * rh + e1];
+                const float x = P.scale * __expf(Gt - Gs[ts]) * v;
+                v = t < ct && s < lc && ts <= t ? x : 0.f;
+            }
+    }
+}
+template <int NT, class RowF>
+__device__ __forceinline__ void frag_earlier_decay(const Params &P, float (&acc)[NT][4], const float *Gs, int m0, int n0,
+                                                   int lc, RowF row_factor) {
+    const bool hh = P.mode == GDP_MODE_HOUSEHOLDER;
+    const int lane = threadIdx.x & 31, i0 = m0 + (lane >> 2), j0 = n0 + 2 * (lane & 3);
+#pragma unroll
+    for (int rh = 0; rh < 2; rh++) {
+        const int i = i0 + 8 * rh, ti = tokof(P, i);
+        const float Gi = Gs[ti], fi = row_factor(i);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e1 = 0; e1 < 2; e1++) {
+                const int j = j0 + 8 * nt + e1, tj = tokof(P, j);
+                float &v = acc[nt][2 * rh + e1];
+                const float x = fi * __expf(Gi - Gs[tj]) * v;
+                v = i < lc && (hh ? j < i : tj < ti) ? x : 0.f;
+            }
+    }
+}
 /* a warp's fragment set to zero */
 template <int NT> __device__ __forceinline__ void frag_zero(float (&acc)[NT][4]) {
 #pragma unroll
@@ -1323,26 +1370,15 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
             if (bi < 10) {
                 const int I = bi < 1 ? 0 : bi < 3 ? 1 : bi < 6 ? 2 : 3, J = bi - I * (I + 1) / 2; /* bi = I (I + 1) / 2 + J */
                 warp_mma<2, false, true>(acc, R, LDK, Kw, LDK, KP, 16 * I, 16 * J);
-                /* A_ij = beta_i e^{G_i - G_j} <R_i, K_w,j> where j is earlier than i (then j < lc when i
-                 * is, and beta_i is 0 past lc), else 0. Branch-free: a masked entry's factor may be
-                 * inf, but it is selected away, never multiplied in. */
-                const int lane = tid & 31, i0 = 16 * I + (lane >> 2), j0 = 16 * J + 2 * (lane & 3);
+                /* A_ij = beta_i e^{G_i - G_j} <R_i, K_w,j>, j earlier than i */
+                frag_earlier_decay(P, acc, Gs, 16 * I, 16 * J, lc, [&](int i) { return br[i]; });
+                {
+                    const int lane = tid & 31, i0 = 16 * I + (lane >> 2), j0 = 16 * J + 2 * (lane & 3);
 #pragma unroll
-                for (int rh = 0; rh < 2; rh++) {
-                    const int i = i0 + 8 * rh, ti = tokof(P, i);
-                    const float Gi = Gs[ti], beta_i = br[i];
+                    for (int nt = 0; nt < 2; nt++)
 #pragma unroll
-                    for (int nt = 0; nt < 2; nt++) {
-                        float a[2];
-#pragma unroll
-                        for (int e1 = 0; e1 < 2; e1++) {
-                            const int j = j0 + 8 * nt + e1, tj = tokof(P, j);
-                            const bool live = hh ? j < i : tj < ti;
-                            const float x = beta_i * __expf(Gi - Gs[tj]) * acc[nt][2 * rh + e1];
-                            a[e1] = live ? x : 0.f;
-                        }
-                        store2(Af + i * LDAF + j0 + 8 * nt, a[0], a[1]);
-                    }
+                        for (int rh = 0; rh < 2; rh++)
+                            store2(Af + (i0 + 8 * rh) * LDAF + j0 + 8 * nt, acc[nt][2 * rh], acc[nt][2 * rh + 1]);
                 }
                 continue;
             }
@@ -1355,23 +1391,7 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
             const int mp = 16 * (pb >> 2), np = 16 * (pb & 3);
             if (live) {
                 warp_mma<2, false, true>(acc, QV, LDK, Kw, LDK, KP, mp, np);
-                /* branch-free as A's blocks: e^{G_t - G_s} may be inf where masked, and is then
-                 * selected away */
-                const int lane = tid & 31, t0 = mp + (lane >> 2), s0 = np + 2 * (lane & 3);
-#pragma unroll
-                for (int rh = 0; rh < 2; rh++) {
-                    const int t = t0 + 8 * rh;
-                    const float Gt = Gs[t];
-#pragma unroll
-                    for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                        for (int e1 = 0; e1 < 2; e1++) {
-                            const int s2 = s0 + 8 * nt + e1, ts = tokof(P, s2);
-                            float &v = acc[nt][2 * rh + e1];
-                            const float x = P.scale * __expf(Gt - Gs[ts]) * v;
-                            v = t < ct && s2 < lc && ts <= t ? x : 0.f;
-                        }
-                }
+                frag_causal_decay(P, acc, Gs, mp, np, ct, lc);
             }
             frag_store_bf16(acc, (bf16_t *)P.P + c.ch * P.sP, 64, mp, np);
         }
@@ -2241,10 +2261,7 @@ __device__ __forceinline__ void bwd_a_vtile(float &hdh, float (&aQ)[NTQ][4], flo
 template <int NTQ>
 __device__ __forceinline__ void store_ds_tile(const Params &P, float (&aP)[NTQ][4], const float *Gs, int ct, int lc,
                                               bf16_t *dSs, int mq, int nq) {
-    frag_each(aP, mq, nq, [&](int t, int s, float &v) {
-        const int ts = tokof(P, s);
-        v = t < ct && s < lc && ts <= t ? P.scale * __expf(Gs[t] - Gs[ts]) * v : 0.f;
-    });
+    frag_causal_decay(P, aP, Gs, mq, nq, ct, lc);
     frag_store_bf16(aP, dSs, LDT, mq, nq);
 }
 
