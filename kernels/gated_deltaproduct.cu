@@ -415,16 +415,8 @@ template <int LD = LDA> __device__ __forceinline__ void solve_t_block(float *Tf,
     o[0] = -s[0], o[1] = -s[1], o[LD] = -s[2], o[LD + 1] = -s[3];
 }
 
-/* After A (fp32, finished and visible to the block, strictly "earlier" entries only) is in Af:
- * Tf = (I + A)^-1 in fp32, then conv(i, j, T_ij, T_i,j+1) for every pair (j even) on or below the
- * diagonal 16 x 16 blocks, and with `upper` also for those above it, with zeros. The diagonal
- * blocks by forward substitution on threads 0-63, while the others run side(e, stride) for e from
- * 0 (the caller's independent work); then the off-diagonal blocks by the terms of Z_IJ as soon as
- * their operands exist, at most one block-piece a thread in each of six steps (the old order by
- * distance I - J took 144 serial multiply-adds a thread, this 96), with the same sums in the same
- * order, so the same bits. Tf is not cleared: the steps write every block they read. */
-/* The off-diagonal blocks on CUDA cores: the terms of Z_IJ as soon as their operands exist, at most
- * one block piece a thread in each of six steps (the old order by distance I - J took 144 serial
+/* The off-diagonal blocks of T on CUDA cores: the terms of Z_IJ as soon as their operands exist, at
+ * most one block piece a thread in each of six steps (the order by distance I - J took 144 serial
  * multiply-adds a thread, this 96), in ascending m, each ended by a barrier. */
 template <int LD> __device__ __forceinline__ void solve_merges_terms(const float *Af, float *Tf) {
     const int tid = threadIdx.x, q = tid >> 6, pc = tid & 63;
@@ -477,7 +469,13 @@ template <int LD> __device__ __forceinline__ void solve_merges_tc(const float *A
     }
 }
 
-/* TC: the off-diagonal blocks by solve_merges_tc (the fast prep) instead of the fp32 terms below. */
+/* After A (fp32, finished and visible to the block, strictly "earlier" entries only) is in Af:
+ * Tf = (I + A)^-1, then conv(i, j, T_ij, T_i,j+1) for every pair (j even) on or below the diagonal
+ * 16 x 16 blocks, and with `upper` also for those above it, with zeros. The diagonal blocks by
+ * forward substitution in fp32 on threads 0-63, while the others run side(e, stride) for e from 0
+ * (the caller's independent work); then the off-diagonal blocks by solve_merges_tc (TC: tensor
+ * cores, 3xTF32; the fast prep) or solve_merges_terms (fp32 on CUDA cores; the generic kernels).
+ * Tf is not cleared: the steps write every block they read. */
 template <int LD = LDA, bool TC = false, class Conv, class Side>
 __device__ void solve_T(const float *Af, float *Tf, bool upper, Conv conv, Side side) {
     const int tid = threadIdx.x;
