@@ -104,6 +104,12 @@ template <typename IT> __device__ __forceinline__ const IT *vrow(const Params &P
     if (P.mode == GDP_MODE_HOUSEHOLDER) return (const IT *)P.v + (((int64_t)tok0 * P.n + p) * P.H + h) * P.V;
     return (const IT *)P.v + ((int64_t)(tok0 + p / P.n) * P.H + h) * P.V;
 }
+/* Chunk row p's key, value and beta rows sit chunk_row_step(p) rows of one head past row 0's (a
+ * row a step in householder mode, a token in split mode): row 0's address plus one multiply-add,
+ * where krow / vrow recompute the whole index (p < 64). */
+__device__ __forceinline__ int64_t chunk_row_step(const Params &P, int p) {
+    return (int64_t)(P.mode == GDP_MODE_HOUSEHOLDER ? p : (p * P.ninv) >> 16) * P.H;
+}
 /* Write key K_w of row p at column x from the key value kv: split mode keeps only slice p%n. */
 __device__ __forceinline__ float kw_of(const Params &P, int p, int x, float kv) {
     if (P.mode == GDP_MODE_HOUSEHOLDER) return kv;
@@ -1331,12 +1337,8 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     bf16_t *Kw = (bf16_t *)(smem + SM::OFF_KW), *QV = Kw + (r_in_tf ? 1 : 2) * 64 * LDK;
     bf16_t *R = hh ? Kw : r_in_tf ? (bf16_t *)Tf : Kw + 64 * LDK;
     /* raw keys (split mode: every row of a token holds the token's key; made into R and K_w below) */
-    /* chunk row r's key and value sit rowtok(r) steps of H rows past row 0's (a row a step in
-     * householder mode, a token in split mode): one multiply-add an address, where krow / vrow
-     * recompute the whole index */
-    auto rowtok = [&](int r) { return (int64_t)(hh ? r : tokof(P, r)) * P.H; };
     const bf16_t *k0row = krow<bf16_t>(P, c.tok0, c.h, 0), *v0row = vrow<bf16_t>(P, c.tok0, c.h, 0);
-    cp_rows_of<64, KP>(Kw, LDK, [&](int r) { return k0row + rowtok(r) * KP; }, lc);
+    cp_rows_of<64, KP>(Kw, LDK, [&](int r) { return k0row + chunk_row_step(P, r) * KP; }, lc);
     cp_token_rows<CTP, KP>(QV, LDK, (const bf16_t *)P.q + ((int64_t)c.tok0 * P.H + c.h) * KP, (int64_t)P.H * KP, ct);
     cp_commit();
     load_gates<bf16_t>(P, c, Gs, br);
@@ -1397,7 +1399,7 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     __syncthreads();
     /* V into QV (q is no longer needed) while Kwd is written and T solved */
     for (int v0 = 0; v0 < P.VP; v0 += GDP_TILE)
-        cp_rows_of<64, GDP_TILE>(QV + v0, ldv, [&](int r) { return v0row + rowtok(r) * P.VP + v0; }, lc);
+        cp_rows_of<64, GDP_TILE>(QV + v0, ldv, [&](int r) { return v0row + chunk_row_step(P, r) * P.VP + v0; }, lc);
     cp_commit();
     bf16_t *Tw = (bf16_t *)Af, *Tu = Tw + 64 * LDT, *Kwd = (bf16_t *)P.Kwd + c.ch * P.sW;
     bf16_t *Tg = P.Tsave ? (bf16_t *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK) : nullptr;
@@ -2324,7 +2326,8 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
     if (tid < 16) cp_async16(Gs + tid * 4, P.G + c.ch * GDP_CHUNK + tid * 4);
     cp_token_rows<CTP, 64>(Qs, LDT, (const bf16_t *)P.q + ((int64_t)c.tok0 * P.H + c.h) * P.K + c0, qstride, ct);
     /* raw keys (split mode: masked to K_w after the V loop) */
-    cp_rows_of<64, 64>(Kws, LDT, [&](int r) { return krow<bf16_t>(P, c.tok0, c.h, r) + c0; }, lc);
+    const bf16_t *k0row = krow<bf16_t>(P, c.tok0, c.h, 0) + c0;
+    cp_rows_of<64, 64>(Kws, LDT, [&](int r) { return k0row + chunk_row_step(P, r) * P.K; }, lc);
     issue(0, 0);
     /* warp tiles: 64 x 64 products as in tile_gemm; CTP x 64 ones at (mq, nq) */
     const int m1 = (warp >> 1) * 16, n1 = (warp & 1) * 32;
@@ -2430,7 +2433,8 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_kres(P
     };
     if (tid < 16) cp_async16(Gs + tid * 4, P.G + c.ch * GDP_CHUNK + tid * 4);
     cp_token_rows<CTP, 128>(Qs, LDK, (const bf16_t *)P.q + ((int64_t)c.tok0 * P.H + c.h) * P.K, qstride, ct);
-    cp_rows_of<64, 128>(Kws, LDK, [&](int r) { return krow<bf16_t>(P, c.tok0, c.h, r); }, lc);
+    const bf16_t *k0row = krow<bf16_t>(P, c.tok0, c.h, 0);
+    cp_rows_of<64, 128>(Kws, LDK, [&](int r) { return k0row + chunk_row_step(P, r) * P.K; }, lc);
     issue(0, 0);
     const int m1 = (warp >> 1) * 16, n1 = (warp & 1) * 32;
     const bool qtile = !QSPLIT || warp < 4, ptile = !QSPLIT || warp >= 4;
