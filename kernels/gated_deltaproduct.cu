@@ -1056,49 +1056,46 @@ template <int NT, class F> __device__ __forceinline__ void frag_each(float (&acc
 /* The gated masks of the chunk products, on a warp's fragment at (m0, n0), branch-free: the gate
  * factor of a masked entry may be inf, but it is selected away, never multiplied in (a branch per
  * element, each with its gate loads and exp, is what the compiler made of the select-free form).
+ * frag_gate_decay: v = f_r e^{g_r - g_c} v where live(r, c), else 0, with (g_r, f_r) read once a row.
  *   frag_causal_decay: rows t tokens, columns s chunk rows: v = scale e^{G_t - G_tok(s)} v where
  *     t < ct, s < lc and tok(s) <= t, else 0 (P and dS).
  *   frag_earlier_decay: rows and columns chunk rows: v = f(i) e^{G_tok(i) - G_tok(j)} v where i < lc
  *     and row j is earlier than row i (then j < lc too), else 0 (prep's A; bwd_b's dA keeps the
  *     per-element form: the hoisted one made k_bwd_b_fast<true> spill 120 bytes). */
-template <int NT>
-__device__ __forceinline__ void frag_causal_decay(const Params &P, float (&acc)[NT][4], const float *Gs, int m0, int n0,
-                                                  int ct, int lc) {
-    const int lane = threadIdx.x & 31, t0 = m0 + (lane >> 2), s0 = n0 + 2 * (lane & 3);
+template <int NT, class RowGate, class ColGate, class Live>
+__device__ __forceinline__ void frag_gate_decay(float (&acc)[NT][4], int m0, int n0, RowGate row_gate, ColGate col_gate,
+                                                Live live) {
+    const int lane = threadIdx.x & 31, r0 = m0 + (lane >> 2), c0 = n0 + 2 * (lane & 3);
 #pragma unroll
     for (int rh = 0; rh < 2; rh++) {
-        const int t = t0 + 8 * rh;
-        const float Gt = Gs[t];
+        const int r = r0 + 8 * rh;
+        const float2 gf = row_gate(r); /* (gate, factor) of row r */
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int e1 = 0; e1 < 2; e1++) {
-                const int s = s0 + 8 * nt + e1, ts = tokof(P, s);
+                const int col = c0 + 8 * nt + e1;
                 float &v = acc[nt][2 * rh + e1];
-                const float x = P.scale * __expf(Gt - Gs[ts]) * v;
-                v = t < ct && s < lc && ts <= t ? x : 0.f;
+                const float x = gf.y * __expf(gf.x - col_gate(col)) * v;
+                v = live(r, col) ? x : 0.f;
             }
     }
+}
+template <int NT>
+__device__ __forceinline__ void frag_causal_decay(const Params &P, float (&acc)[NT][4], const float *Gs, int m0, int n0,
+                                                  int ct, int lc) {
+    frag_gate_decay(
+        acc, m0, n0, [&](int t) { return make_float2(Gs[t], P.scale); }, [&](int s) { return Gs[tokof(P, s)]; },
+        [&](int t, int s) { return t < ct && s < lc && tokof(P, s) <= t; });
 }
 template <int NT, class RowF>
 __device__ __forceinline__ void frag_earlier_decay(const Params &P, float (&acc)[NT][4], const float *Gs, int m0, int n0,
                                                    int lc, RowF row_factor) {
     const bool hh = P.mode == GDP_MODE_HOUSEHOLDER;
-    const int lane = threadIdx.x & 31, i0 = m0 + (lane >> 2), j0 = n0 + 2 * (lane & 3);
-#pragma unroll
-    for (int rh = 0; rh < 2; rh++) {
-        const int i = i0 + 8 * rh, ti = tokof(P, i);
-        const float Gi = Gs[ti], fi = row_factor(i);
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e1 = 0; e1 < 2; e1++) {
-                const int j = j0 + 8 * nt + e1, tj = tokof(P, j);
-                float &v = acc[nt][2 * rh + e1];
-                const float x = fi * __expf(Gi - Gs[tj]) * v;
-                v = i < lc && (hh ? j < i : tj < ti) ? x : 0.f;
-            }
-    }
+    frag_gate_decay(
+        acc, m0, n0, [&](int i) { return make_float2(Gs[tokof(P, i)], row_factor(i)); },
+        [&](int j) { return Gs[tokof(P, j)]; },
+        [&](int i, int j) { return i < lc && (hh ? j < i : tokof(P, j) < tokof(P, i)); });
 }
 /* a warp's fragment set to zero */
 template <int NT> __device__ __forceinline__ void frag_zero(float (&acc)[NT][4]) {
