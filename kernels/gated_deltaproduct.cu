@@ -145,14 +145,27 @@ struct ChunkCtx {
     int64_t ch;
 };
 
+/* Chunk ci of head h, or false for a padding chunk. With TABLE_FREE (k_prep2_fast, k_bwd_a_fast,
+ * k_bwd_b_fast), a batch of equal sequences (no cu_seqlens) needs no table: chunk ci is chunk
+ * ci % ncs of sequence ci / ncs, as k_chunks lays it out; reading the table is a dependent global
+ * load at the start of every CTA, ahead of all its addresses. (The division's registers made the
+ * generic kernels and k_bwd_a_kres spill.) */
+template <bool TABLE_FREE = false>
 __device__ __forceinline__ bool chunk_ctx(const Params &P, int ci, int h, ChunkCtx &c) {
-    const GdpChunkInfo ck = P.chunk[ci];
-    if (ck.seq < 0) return false;
+    if (TABLE_FREE && !P.cu) {
+        const int ncs = (P.T + P.Ct - 1) / P.Ct, s = ci / ncs, cc = ci - s * ncs;
+        if (s >= P.N) return false;
+        c.tok0 = s * P.T + cc * P.Ct;
+        c.ct = P.T - cc * P.Ct < P.Ct ? P.T - cc * P.Ct : P.Ct;
+    } else {
+        const GdpChunkInfo ck = P.chunk[ci];
+        if (ck.seq < 0) return false;
+        c.tok0 = ck.tok0;
+        c.ct = ck.ct;
+    }
     c.ci = ci;
     c.h = h;
-    c.tok0 = ck.tok0;
-    c.ct = ck.ct;
-    c.lc = ck.ct * P.n;
+    c.lc = c.ct * P.n;
     c.ch = (int64_t)ci * P.H + h;
     return true;
 }
@@ -1319,7 +1332,7 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     constexpr int LDK = SM::LDK;
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
-    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    if (!chunk_ctx<true>(P, blockIdx.x, blockIdx.y, c)) return;
     const bool hh = P.mode == GDP_MODE_HOUSEHOLDER;
     const int tid = threadIdx.x, warp = tid >> 5, ct = c.ct, lc = c.lc;
     const int ldv = P.VP + 8;
@@ -2295,7 +2308,7 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
     constexpr bool QSPLIT = (CTP / 16) * QCT == 4;
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
-    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    if (!chunk_ctx<true>(P, blockIdx.x, blockIdx.y, c)) return;
     const int kt = blockIdx.z, c0 = kt * GDP_TILE, ct = c.ct, lc = c.lc;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     float *Gs = (float *)smem, *rowf = Gs + 64, *qf = rowf + 64, *red = qf + 64, *pst = red + 8, *pga = pst + 128,
@@ -3021,7 +3034,7 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
     constexpr int LDH = 36; /* 32-column fp32 halves of E (split mode) */
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
-    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    if (!chunk_ctx<true>(P, blockIdx.x, blockIdx.y, c)) return;
     const int nkt = P.nkt, nvt = P.nvt, NS = 2 * nkt + nvt, lc = c.lc, ct = c.ct, n = P.n, tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, rr = SPLIT ? n * n : 0;
     float *Gs = (float *)smem, *br = Gs + 64, *gam = br + 64, *dGr = gam + 64, *pdb = dGr + 64, *pdg = pdb + 128;
