@@ -3609,26 +3609,32 @@ static bool encode_bf16(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *m, c
                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
+/* A workspace array of CH chunk tiles, each rows_per_chunk rows of `width` bf16, in boxes of 64
+ * columns x box_rows rows (W, Kwd, U, Delta, h, P and their gradients) */
+static bool encode_chunk_tiles(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *m, const void *base, const GdpPlan &pl,
+                               int width, int rows_per_chunk, int box_rows) {
+    const cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)pl.CH * rows_per_chunk}, strides[1] = {(cuuint64_t)width * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
+    return encode_bf16(enc, m, base, 2, dims, strides, box);
+}
+/* A token-major input (q, dO: [B T][H][width] bf16) in boxes of 64 columns x one head x box_rows tokens */
+static bool encode_token_rows(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *m, const void *base, const Params &P,
+                              int width, int box_rows) {
+    const cuuint64_t dims[3] = {(cuuint64_t)width, (cuuint64_t)P.H, (cuuint64_t)P.B * P.T};
+    const cuuint64_t strides[2] = {(cuuint64_t)width * 2, (cuuint64_t)P.H * width * 2};
+    const cuuint32_t box[3] = {64, 1, (cuuint32_t)box_rows};
+    return encode_bf16(enc, m, base, 3, dims, strides, box);
+}
 /* the maps of k_state_tma for this call's workspace and q; false where one cannot be made */
 static bool state_tma_maps(const GdpPlan &pl, const Params &P, int ctpo, StateTmaMaps &M) {
     const PFN_cuTensorMapEncodeTiled_v12000 enc = tensor_map_encoder();
     if (!enc) return false;
     memset(&M, 0, sizeof M);
-    const cuuint64_t CH = (cuuint64_t)pl.CH, KP = (cuuint64_t)pl.KP, VP = (cuuint64_t)pl.VP;
-    const cuuint64_t dW[2] = {KP, CH * 64}, sW[1] = {KP * 2}, dU[2] = {VP, CH * 64}, sU[1] = {VP * 2};
-    const cuuint64_t dH[2] = {VP, CH * KP};
-    const cuuint32_t b64[2] = {64, 64}, bH[2] = {64, (cuuint32_t)KP};
-    bool ok = encode_bf16(enc, &M.W, P.W, 2, dW, sW, b64) && encode_bf16(enc, &M.Kwd, P.Kwd, 2, dW, sW, b64) &&
-              encode_bf16(enc, &M.U, P.U, 2, dU, sU, b64) && encode_bf16(enc, &M.h, P.h, 2, dH, sU, bH) &&
-              encode_bf16(enc, &M.D, P.D, 2, dU, sU, b64);
-    if (ok && ctpo) {
-        const cuuint64_t dq[3] = {(cuuint64_t)P.K, (cuuint64_t)P.H, (cuuint64_t)P.B * P.T};
-        const cuuint64_t sq[2] = {(cuuint64_t)P.K * 2, (cuuint64_t)P.H * P.K * 2};
-        const cuuint64_t dP[2] = {64, CH * (cuuint64_t)pl.Ctp}, sP[1] = {128};
-        const cuuint32_t bq[3] = {64, 1, (cuuint32_t)ctpo}, bP[2] = {64, (cuuint32_t)ctpo};
-        ok = encode_bf16(enc, &M.q, P.q, 3, dq, sq, bq) && encode_bf16(enc, &M.P, P.P, 2, dP, sP, bP);
-    }
-    return ok;
+    const bool ok = encode_chunk_tiles(enc, &M.W, P.W, pl, pl.KP, 64, 64) && encode_chunk_tiles(enc, &M.Kwd, P.Kwd, pl, pl.KP, 64, 64) &&
+                    encode_chunk_tiles(enc, &M.U, P.U, pl, pl.VP, 64, 64) && encode_chunk_tiles(enc, &M.h, P.h, pl, pl.VP, pl.KP, pl.KP) &&
+                    encode_chunk_tiles(enc, &M.D, P.D, pl, pl.VP, 64, 64);
+    if (!ok || !ctpo) return ok;
+    return encode_token_rows(enc, &M.q, P.q, P, P.K, ctpo) && encode_chunk_tiles(enc, &M.P, P.P, pl, 64, pl.Ctp, ctpo);
 }
 
 /* k_dh_tma (K 128, bv 128 or 64) and its maps */
@@ -3646,17 +3652,10 @@ static bool dh_tma_maps(const GdpPlan &pl, const Params &P, DhTmaMaps &M) {
     const PFN_cuTensorMapEncodeTiled_v12000 enc = tensor_map_encoder();
     if (!enc) return false;
     memset(&M, 0, sizeof M);
-    const cuuint64_t CH = (cuuint64_t)pl.CH, KP = (cuuint64_t)pl.KP, VP = (cuuint64_t)pl.VP, tokens = (cuuint64_t)P.B * P.T;
-    const cuuint64_t dW[2] = {KP, CH * 64}, sW[1] = {KP * 2}, dD[2] = {VP, CH * 64}, sV[1] = {VP * 2}, dH[2] = {VP, CH * KP};
-    const cuuint64_t dP[2] = {64, CH * (cuuint64_t)pl.Ctp}, sP[1] = {128};
-    const cuuint64_t dq[3] = {(cuuint64_t)P.K, (cuuint64_t)P.H, tokens}, sq[2] = {(cuuint64_t)P.K * 2, (cuuint64_t)P.H * P.K * 2};
-    const cuuint64_t dO[3] = {(cuuint64_t)P.V, (cuuint64_t)P.H, tokens}, sO[2] = {(cuuint64_t)P.V * 2, (cuuint64_t)P.H * P.V * 2};
-    const cuuint32_t b64[2] = {64, 64}, bH[2] = {64, (cuuint32_t)KP}, bP[2] = {64, (cuuint32_t)pl.Ctp};
-    const cuuint32_t bT[3] = {64, 1, (cuuint32_t)pl.Ct};
-    return encode_bf16(enc, &M.W, P.W, 2, dW, sW, b64) && encode_bf16(enc, &M.Kwd, P.Kwd, 2, dW, sW, b64) &&
-           encode_bf16(enc, &M.P, P.P, 2, dP, sP, bP) && encode_bf16(enc, &M.dO, P.d_o, 3, dO, sO, bT) &&
-           encode_bf16(enc, &M.q, P.q, 3, dq, sq, bT) && encode_bf16(enc, &M.dh, P.dh, 2, dH, sV, bH) &&
-           encode_bf16(enc, &M.dD, P.dD, 2, dD, sV, b64);
+    return encode_chunk_tiles(enc, &M.W, P.W, pl, pl.KP, 64, 64) && encode_chunk_tiles(enc, &M.Kwd, P.Kwd, pl, pl.KP, 64, 64) &&
+           encode_chunk_tiles(enc, &M.P, P.P, pl, 64, pl.Ctp, pl.Ctp) && encode_token_rows(enc, &M.dO, P.d_o, P, P.V, pl.Ct) &&
+           encode_token_rows(enc, &M.q, P.q, P, P.K, pl.Ct) && encode_chunk_tiles(enc, &M.dh, P.dh, pl, pl.VP, pl.KP, pl.KP) &&
+           encode_chunk_tiles(enc, &M.dD, P.dD, pl, pl.VP, 64, 64);
 }
 
 /* tables, prep, state: shared by the forward and the backward (which recomputes h and Delta) */
