@@ -674,17 +674,20 @@ GPU_TEST(error_paths) {
 }
 
 /* ---------------------------------------------------------------- small case for compute-sanitizer */
-/* whether i is one of the comma-separated indices in list */
-static int index_listed(const char *list, int i) {
-    for (const char *p = list; *p;) {
+/* pick[i] = 1 for each index i < n in the comma-separated list; 0 with a message when the list holds
+ * anything else (an index that names no case would otherwise run nothing and report "done") */
+static int parse_case_list(const char *list, int n, unsigned char *pick) {
+    for (const char *p = list;; p++) {
         char *end;
         const long v = strtol(p, &end, 10);
-        if (end == p) return 0;
-        if (v == i) return 1;
-        p = *end == ',' ? end + 1 : end;
-        if (end == p) return 0;
+        if (end == p || v < 0 || v >= n || (*end != ',' && *end != '\0')) {
+            fprintf(stderr, "test_gpu_gdp: --sanitize '%s': give case indices 0 to %d, separated by commas\n", list, n - 1);
+            return 0;
+        }
+        pick[v] = 1;
+        if (*end == '\0') return 1;
+        p = end;
     }
-    return 0;
 }
 /* name=value in the environment, or name unset where value is NULL */
 static void env_set_or_unset(const char *name, const char *value) {
@@ -709,8 +712,11 @@ static int sanitize_main(const char *only) {
         {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 256, 128, 2, 1, 1, 2}, NULL, NULL}, /* K 256: the output by k_output_fast */
         {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 256, 128, 3, 1, 1, 2}, "64", NULL}, /* K 256, V tile 64: o by the state pass */
     };
+    unsigned char pick[GDP_ARRAY_LEN(cs)];
+    memset(pick, only ? 0 : 1, sizeof pick);
+    if (only && !parse_case_list(only, (int)GDP_ARRAY_LEN(cs), pick)) return 2;
     for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) {
-        if (only && !index_listed(only, (int)i)) continue;
+        if (!pick[i]) continue;
         const int failures_before = failures;
         RandData r;
         rand_make(&cs[i].rc, 9 + i, &r);
