@@ -1344,7 +1344,7 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     float *Gs = (float *)smem, *br = Gs + 64, *rowf = br + 64, *bg = rowf + 64;
     float *Af = (float *)(smem + SM::OFF_AF), *Tf = (float *)(smem + SM::OFF_TF);
     constexpr bool r_in_tf = SM::R_IN_TF;
-    bf16_t *Kw = (bf16_t *)(smem + SM::OFF_KW), *QV = Kw + (r_in_tf ? 1 : 2) * 64 * LDK;
+    bf16_t *Kw = (bf16_t *)(smem + SM::OFF_KW), *QV = Kw + (hh || r_in_tf ? 1 : 2) * 64 * LDK;
     bf16_t *R = hh ? Kw : r_in_tf ? (bf16_t *)Tf : Kw + 64 * LDK;
     /* raw keys (split mode: every row of a token holds the token's key; made into R and K_w below) */
     const bf16_t *k0row = krow<bf16_t>(P, c.tok0, c.h, 0), *v0row = vrow<bf16_t>(P, c.tok0, c.h, 0);
