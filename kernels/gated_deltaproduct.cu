@@ -94,7 +94,23 @@ struct Carve {
 __device__ __forceinline__ void store2(float *p, float a, float b) { *(float2 *)p = make_float2(a, b); }
 __device__ __forceinline__ void store2(__nv_bfloat16 *p, float a, float b) { *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b); }
 
+#ifndef GDP_HEAD_FAST
+#define GDP_HEAD_FAST 0
+#endif
+/* per-chunk grids are (H, NCmax[, z]) with GDP_HEAD_FAST: a chunk's heads run side by side (experiment) */
+constexpr bool head_fast = GDP_HEAD_FAST;
 /* ---------------------------------------------------------------- row access */
+/* Chunk ci of sequence s (table entry si), laid out as k_chunks lays out the chunk table: computed,
+ * where a sequential pass's read of the table is a dependent global load in its step (state pass,
+ * n_h 2: the next chunk's q address waited on it, ~6% of the stall samples). */
+__device__ __forceinline__ GdpChunkInfo seq_chunk(const GdpSeqInfo &si, int s, int ci, int Ct) {
+    GdpChunkInfo ck;
+    ck.seq = s;
+    ck.c = ci - si.c0;
+    ck.tok0 = si.base + ck.c * Ct;
+    ck.ct = min(Ct, si.len - ck.c * Ct);
+    return ck;
+}
 /* Key and value rows of chunk row p (householder: the slot row; split: the token row). */
 template <typename IT> __device__ __forceinline__ const IT *krow(const Params &P, int tok0, int h, int p) {
     if (P.mode == GDP_MODE_HOUSEHOLDER) return (const IT *)P.k + (((int64_t)tok0 * P.n + p) * P.H + h) * P.K;
@@ -151,7 +167,8 @@ struct ChunkCtx {
  * load at the start of every CTA, ahead of all its addresses. (The division's registers made the
  * generic kernels and k_bwd_a_kres spill.) */
 template <bool TABLE_FREE = false>
-__device__ __forceinline__ bool chunk_ctx(const Params &P, int ci, int h, ChunkCtx &c) {
+__device__ __forceinline__ bool chunk_ctx(const Params &P, int bx, int by, ChunkCtx &c) {
+    const int ci = head_fast ? by : bx, h = head_fast ? bx : by; /* the grid's (x, y) */
     if (TABLE_FREE && !P.cu) {
         const int ncs = (P.T + P.Ct - 1) / P.Ct, s = ci / ncs, cc = ci - s * ncs;
         if (s >= P.N) return false;
@@ -798,6 +815,7 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_state(Pa
         v = P.h0 && r < P.K && v0 + c < P.V ? P.h0[st + (int64_t)r * P.V + v0 + c] : 0.f;
         S.Sop[r * lds + c] = fromf<IT>(v);
     });
+    /* the chunk table here: computing the chunks (seq_chunk) made k_state<bf16> spill 28 bytes */
     const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
     auto prefetch = [&](int ci, int b, int ct, int tok0) {
         const int64_t ch = (int64_t)ci * P.H + h;
@@ -957,7 +975,9 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_dh(Params P
         v = P.dht && r < P.K && v0 + c < P.V ? P.dht[st + (int64_t)r * P.V + v0 + c] : 0.f;
         S.dSop[r * lds + c] = fromf<IT>(v);
     });
-    const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
+    const GdpSeqInfo si = P.seq[s];
+    const int cbeg = si.c0, cend = P.seq[s + 1].c0;
+    auto chunk_at = [&](int ci) { return seq_chunk(si, s, ci, P.Ct); };
     auto load_q_rows = [&](IT *dst, int ct, int tok0) {
         cp_rows(dst, ldk, Ctp, KP, 0, P.K, P.veck,
                 [&](int t) { return t < ct ? (const IT *)P.q + ((int64_t)(tok0 + t) * P.H + h) * P.K : (const IT *)nullptr; });
@@ -973,12 +993,12 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_dh(Params P
         if (nst == 2) load_q_rows(b ? S.Qs[1] : S.Qs[0], ct, tok0);
         cp_commit();
     };
-    GdpChunkInfo nx = cbeg < cend ? P.chunk[cend - 1] : GdpChunkInfo{0, 0, 0, 0};
+    GdpChunkInfo nx = cbeg < cend ? chunk_at(cend - 1) : GdpChunkInfo{0, 0, 0, 0};
     if (cbeg < cend && nst == 2) prefetch(cend - 1, 0, nx.ct, nx.tok0);
     for (int ci = cend - 1; ci >= cbeg; ci--) {
         const int b = nst == 2 ? (cend - 1 - ci) & 1 : 0;
         const int ct = nx.ct, tok0 = nx.tok0;
-        if (ci - 1 >= cbeg) nx = P.chunk[ci - 1];
+        if (ci - 1 >= cbeg) nx = chunk_at(ci - 1);
         if (nst == 2) {
             issue_next_wait_this(ci - 1 >= cbeg, [&] { prefetch(ci - 1, b ^ 1, nx.ct, nx.tok0); });
         } else {
@@ -1570,29 +1590,31 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float S[TL::MT2][TL::NT2][4];
     state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return Sop + r * LDS + c; });
-    const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
+    const GdpSeqInfo si = P.seq[s];
+    const int cbeg = si.c0, cend = P.seq[s + 1].c0;
+    auto chunk_at = [&](int ci) { return seq_chunk(si, s, ci, P.Ct); };
     auto prefetch = [&](int ci, int b) {
         const int64_t ch = (int64_t)ci * P.H + h;
         hd.prefetch(P, ch, b);
         cp_tile16<64, BV>(Ub(b), LDS, (const bf16_t *)P.U + ch * P.sU + v0, P.VP);
         if (CTPO) {
-            const GdpChunkInfo ck = P.chunk[ci];
+            const GdpChunkInfo ck = chunk_at(ci);
             if (!SM::QONE) load_q(ck, b);
             cp_tile16<CTPO, 64>(Pb(b), LDT, (const bf16_t *)P.P + ch * P.sP, 64);
         }
     };
     static_assert(!SM::QONE || NS == 2, "q's one buffer is waited for with stage 1's tiles");
-    if (SM::QONE && cbeg < cend) load_q(P.chunk[cbeg], 0);
+    if (SM::QONE && cbeg < cend) load_q(chunk_at(cbeg), 0);
 #pragma unroll
     for (int i = 0; i < NS - 1; i++) {
         if (cbeg + i < cend) prefetch(cbeg + i, i);
         cp_commit();
     }
-    GdpChunkInfo ck_next = cbeg < cend ? P.chunk[cbeg] : GdpChunkInfo{0, 0, 0, 0};
+    GdpChunkInfo ck_next = cbeg < cend ? chunk_at(cbeg) : GdpChunkInfo{0, 0, 0, 0};
     for (int ci = cbeg; ci < cend; ci++) {
         const int it = ci - cbeg, b = it % NS;
         const GdpChunkInfo ck = ck_next;
-        if (ci + 1 < cend) ck_next = P.chunk[ci + 1];
+        if (ci + 1 < cend) ck_next = chunk_at(ci + 1);
         cp_wait<NS - 2>();
         __syncthreads(); /* chunk ci's tiles and Sop are visible; buffer (it-1)%NS is free */
         if (ci + NS - 1 < cend) prefetch(ci + NS - 1, (it + NS - 1) % NS);
@@ -1652,13 +1674,14 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS) k_output_
     using OT = OutTiles<CTP, BV>;
     constexpr int NO = OT::NO;
     extern __shared__ __align__(16) char smem[];
-    const GdpChunkInfo ck = P.chunk[blockIdx.x];
+    const int ci = head_fast ? blockIdx.y : blockIdx.x;
+    const GdpChunkInfo ck = P.chunk[ci];
     if (ck.seq < 0) return;
-    const int h = blockIdx.y, nvt = P.VP / BV;
+    const int h = head_fast ? blockIdx.x : blockIdx.y, nvt = P.VP / BV;
     const OT ot;
     const int mo = ot.mo, no = ot.no;
     const bool active = ot.active;
-    const int64_t ch = (int64_t)blockIdx.x * P.H + h;
+    const int64_t ch = (int64_t)ci * P.H + h;
     bf16_t *Q = (bf16_t *)smem, *Ps = (bf16_t *)(smem + SM::PT);
     float *G = (float *)(smem + SM::G);
     auto Hb = [&](int b) { return (bf16_t *)(smem + SM::STAGE0 + b * SM::STAGE); };
@@ -1739,7 +1762,9 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float S[TL::MT2][TL::NT2][4];
     state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return Sop.at(r, c); });
-    const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
+    const GdpSeqInfo si = P.seq[s];
+    const int cbeg = si.c0, cend = P.seq[s + 1].c0;
+    auto chunk_at = [&](int ci) { return seq_chunk(si, s, ci, P.Ct); };
     auto prefetch = [&](int ci, int b) { /* thread 0 */
         const int64_t ch = (int64_t)ci * P.H + h;
         const int row = (int)(ch * 64);
@@ -1753,7 +1778,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
 #pragma unroll
         for (int x = 0; x < BV; x += 64) tma_load_2d(Ub(b).p + x * 64, &M.U, v0 + x, row, bar + b);
         if (CTPO) {
-            const GdpChunkInfo ck = P.chunk[ci];
+            const GdpChunkInfo ck = chunk_at(ci);
 #pragma unroll
             for (int x = 0; x < KP; x += 64) tma_load_3d(Qb(b).p + x * QR, &M.q, x, h, ck.tok0, bar + b);
             tma_load_2d(Pb(b).p, &M.P, 0, (int)(ch * P.Ctp), bar + b);
@@ -1762,12 +1787,12 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
     fence_proxy_async(); /* Sop's first writes before the first h store */
     __syncthreads();     /* the barriers' init */
     if (tid == 0 && cbeg < cend) prefetch(cbeg, 0);
-    GdpChunkInfo ck_next = cbeg < cend ? P.chunk[cbeg] : GdpChunkInfo{0, 0, 0, 0};
+    GdpChunkInfo ck_next = cbeg < cend ? chunk_at(cbeg) : GdpChunkInfo{0, 0, 0, 0};
     const bool store_hd = !CTPO || P.keep_hd;
     for (int ci = cbeg; ci < cend; ci++) {
         const int it = ci - cbeg, b = it & 1;
         const GdpChunkInfo ck = ck_next;
-        if (ci + 1 < cend) ck_next = P.chunk[ci + 1];
+        if (ci + 1 < cend) ck_next = chunk_at(ci + 1);
         if (tid == 0) bulk_wait_read(); /* the last step's Delta store has read buffer b ^ 1 */
         fence_proxy_async();            /* this thread's last writes (Delta, Sop) before the copies that follow */
         mbar_wait(bar + b, (it >> 1) & 1);
@@ -1850,7 +1875,9 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float dS[TL::MT2][TL::NT2][4];
     state_frags_in(dS, P.dht, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return dSop + r * LDS + c; });
-    const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
+    const GdpSeqInfo si = P.seq[s];
+    const int cbeg = si.c0, cend = P.seq[s + 1].c0;
+    auto chunk_at = [&](int ci) { return seq_chunk(si, s, ci, P.Ct); };
     const int64_t qstride = (int64_t)P.H * KP, ostride = (int64_t)P.H * P.V;
     auto load_q = [&](const GdpChunkInfo &ck, int b) {
         cp_token_rows<CTP, KP>(Qb(b), LDK, (const bf16_t *)P.q + ((int64_t)ck.tok0 * P.H + h) * KP, qstride, ck.ct);
@@ -1862,13 +1889,13 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
         cp_token_rows<CTP, BV>(dOb(b), LDS, (const bf16_t *)P.d_o + ((int64_t)ck.tok0 * P.H + h) * P.V + v0, ostride, ck.ct);
         if (!SM::QONE) load_q(ck, b);
     };
-    GdpChunkInfo cur = cbeg < cend ? P.chunk[cend - 1] : GdpChunkInfo{0, 0, 0, 0};
+    GdpChunkInfo cur = cbeg < cend ? chunk_at(cend - 1) : GdpChunkInfo{0, 0, 0, 0};
     if (cbeg < cend) {
         prefetch(cend - 1, 0, cur);
         if (SM::QONE) load_q(cur, 0);
     }
     cp_commit();
-    GdpChunkInfo nxt = cend - 2 >= cbeg ? P.chunk[cend - 2] : cur;
+    GdpChunkInfo nxt = cend - 2 >= cbeg ? chunk_at(cend - 2) : cur;
     /* q <- scale e^G q; rows past ct are zeros already */
     auto scale_q = [&](bf16_t *Q, const float *Gs, int ct) {
         for_pieces16<CTP, KP>([&](int t, int x) {
@@ -1886,7 +1913,7 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
         if (ci - 1 >= cbeg) prefetch(ci - 1, b ^ 1, nxt);
         cp_commit();
         cur = nxt;
-        if (ci - 2 >= cbeg) nxt = P.chunk[ci - 2];
+        if (ci - 2 >= cbeg) nxt = chunk_at(ci - 2);
         const int64_t ch = (int64_t)ci * P.H + h;
         const float *Gs = hd.G(b);
         const float gL = __expf(Gs[ct - 1]);
@@ -1962,7 +1989,9 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_dh_tma(Params P, const __grid_c
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float dS[TL::MT2][TL::NT2][4];
     state_frags_in(dS, P.dht, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return dSop.at(r, c); });
-    const int cbeg = P.seq[s].c0, cend = P.seq[s + 1].c0;
+    const GdpSeqInfo si = P.seq[s];
+    const int cbeg = si.c0, cend = P.seq[s + 1].c0;
+    auto chunk_at = [&](int ci) { return seq_chunk(si, s, ci, P.Ct); };
     auto prefetch = [&](int ci, int b, GdpChunkInfo ck) { /* thread 0 */
         const int64_t ch = (int64_t)ci * P.H + h;
         const int row = (int)(ch * 64);
@@ -1980,9 +2009,9 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_dh_tma(Params P, const __grid_c
     };
     fence_proxy_async(); /* dSop's and the zero rows' writes before the copies */
     __syncthreads();
-    GdpChunkInfo cur = cbeg < cend ? P.chunk[cend - 1] : GdpChunkInfo{0, 0, 0, 0};
+    GdpChunkInfo cur = cbeg < cend ? chunk_at(cend - 1) : GdpChunkInfo{0, 0, 0, 0};
     if (tid == 0 && cbeg < cend) prefetch(cend - 1, 0, cur);
-    GdpChunkInfo nxt = cend - 2 >= cbeg ? P.chunk[cend - 2] : cur;
+    GdpChunkInfo nxt = cend - 2 >= cbeg ? chunk_at(cend - 2) : cur;
     for (int ci = cend - 1; ci >= cbeg; ci--) {
         const int j = cend - 1 - ci, b = j & 1, ct = cur.ct;
         if (tid == 0) bulk_wait_read(); /* the last step's dDelta store has read nD */
@@ -1997,7 +2026,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_dh_tma(Params P, const __grid_c
             bulk_commit();
         }
         cur = nxt;
-        if (ci - 2 >= cbeg) nxt = P.chunk[ci - 2];
+        if (ci - 2 >= cbeg) nxt = chunk_at(ci - 2);
         const float *Gs = Gb(b);
         const float gL = __expf(Gs[ct - 1]);
         const Swz128<CTP> Q = Qb(b), dO = dOb(b);
@@ -3554,6 +3583,11 @@ static size_t bwd_a_kres_smem(int ctp) {
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+/* the grid of a per-chunk kernel: one CTA a (chunk, head) [, z] */
+static dim3 chunk_grid(const Params &P, int z = 1) {
+    return head_fast ? dim3(P.H, P.NCmax, z) : dim3(P.NCmax, P.H, z);
+}
+
 static GdpStatus check_common(const char *who, const GdpDesc *d) {
     GdpStatus s = gdp_validate(d);
     if (s != GDP_OK) return s;
@@ -3724,12 +3758,12 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
     const bool split = P.mode == GDP_MODE_SPLIT;
     const size_t spf = prep2_fast_smem(pl.KP, pl.Ctp, split, pl.VP);
     if (use_fast<IT>("prep") && fast_shape(pl, P) && prep2_fast_kernel(pl.KP, pl.Ctp) && spf <= (size_t)limit) {
-        GdpStatus s = launch(who, "k_prep2_fast", prep2_fast_kernel(pl.KP, pl.Ctp), dim3(P.NCmax, P.H), spf, st, P);
+        GdpStatus s = launch(who, "k_prep2_fast", prep2_fast_kernel(pl.KP, pl.Ctp), chunk_grid(P), spf, st, P);
         if (s != GDP_OK) return s;
     } else if (sp2 <= (size_t)limit)
-        LAUNCH(k_prep2<IT>, dim3(P.NCmax, P.H), sp2);
+        LAUNCH(k_prep2<IT>, chunk_grid(P), sp2);
     else
-        LAUNCH(k_prep<IT>, dim3(P.NCmax, P.H), PrepSmem<IT>::carve(nullptr, nullptr));
+        LAUNCH(k_prep<IT>, chunk_grid(P), PrepSmem<IT>::carve(nullptr, nullptr));
     if (fast_bv) {
         P.bv = fast_bv;
         /* A forward's fast state pass makes the output too (P.fast_out; the caller then launches no
@@ -3810,9 +3844,9 @@ template <typename IT> static GdpStatus forward_impl(const GdpDesc *d, const Gdp
     if (P.fuse_out || P.fast_out) return GDP_OK;
     if (use_fast<IT>("output") && fast_shape(pl, P) && output_fast_kernel(pl.KP, pl.Ctp) &&
         output_fast_smem(pl.KP, pl.Ctp) <= (size_t)limit)
-        return launch(who, "k_output_fast", output_fast_kernel(pl.KP, pl.Ctp), dim3(P.NCmax, P.H),
+        return launch(who, "k_output_fast", output_fast_kernel(pl.KP, pl.Ctp), chunk_grid(P),
                       output_fast_smem(pl.KP, pl.Ctp), st, P);
-    LAUNCH(k_output<IT>, dim3(P.NCmax, P.H, P.nvt), OutSmem<IT>::carve(nullptr, pl.Ctp, nullptr));
+    LAUNCH(k_output<IT>, chunk_grid(P, P.nvt), OutSmem<IT>::carve(nullptr, pl.Ctp, nullptr));
     return GDP_OK;
 }
 
@@ -3859,27 +3893,27 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
     const bool kres_shape = fast_bwd && pl.KP == 128 && P.nvt <= 2 && bwd_a_kres_smem(pl.Ctp) <= (size_t)limit;
     const bool kres = kres_shape && (bwd_a_env ? !strcmp(bwd_a_env, "kres") : pl.Ctp <= 32);
     if (kres) {
-        s = launch(who, "k_bwd_a_kres", bwd_a_kres_kernel(pl.Ctp), dim3(P.NCmax, P.H), bwd_a_kres_smem(pl.Ctp), st, P);
+        s = launch(who, "k_bwd_a_kres", bwd_a_kres_kernel(pl.Ctp), chunk_grid(P), bwd_a_kres_smem(pl.Ctp), st, P);
         if (s != GDP_OK) return s;
     } else if (fast_bwd && bwd_a_fast_kernel(pl.Ctp)) {
-        s = launch(who, "k_bwd_a_fast", bwd_a_fast_kernel(pl.Ctp), dim3(P.NCmax, P.H, P.nkt), bwd_a_fast_smem(pl.Ctp), st, P);
+        s = launch(who, "k_bwd_a_fast", bwd_a_fast_kernel(pl.Ctp), chunk_grid(P, P.nkt), bwd_a_fast_smem(pl.Ctp), st, P);
         if (s != GDP_OK) return s;
     } else {
-        LAUNCH(k_bwd_a<IT>, dim3(P.NCmax, P.H, P.nkt), BwdASmem<IT>::carve(nullptr, pl.Ctp, pl.nvt, nullptr));
+        LAUNCH(k_bwd_a<IT>, chunk_grid(P, P.nkt), BwdASmem<IT>::carve(nullptr, pl.Ctp, pl.nvt, nullptr));
     }
     const int rr = d->mode == GDP_MODE_SPLIT ? d->n * d->n : 0;
     const size_t sbh = BwdBhSmem<IT>::carve(nullptr, rr, nullptr);
     const bool fast_b = fast_bwd && BwdBFastSmem::BYTES <= (size_t)limit;
     if (fast_b && d->mode == GDP_MODE_HOUSEHOLDER)
-        LAUNCH(k_bwd_b_fast<false>, dim3(P.NCmax, P.H), BwdBFastSmem::BYTES);
+        LAUNCH(k_bwd_b_fast<false>, chunk_grid(P), BwdBFastSmem::BYTES);
     else if (fast_b && rr <= GDP_SPLIT_FAST_RR && P.wsl8) /* wsl8 holds wherever fast_shape does */
-        LAUNCH(k_bwd_b_fast<true>, dim3(P.NCmax, P.H), BwdBFastSmem::BYTES);
+        LAUNCH(k_bwd_b_fast<true>, chunk_grid(P), BwdBFastSmem::BYTES);
     else if (d->mode == GDP_MODE_HOUSEHOLDER && sbh <= (size_t)limit)
-        LAUNCH((k_bwd_b_hh<IT, false>), dim3(P.NCmax, P.H), sbh);
+        LAUNCH((k_bwd_b_hh<IT, false>), chunk_grid(P), sbh);
     else if (d->mode == GDP_MODE_SPLIT && rr <= GDP_SPLIT_FAST_RR && sbh <= (size_t)limit)
-        LAUNCH((k_bwd_b_hh<IT, true>), dim3(P.NCmax, P.H), sbh);
+        LAUNCH((k_bwd_b_hh<IT, true>), chunk_grid(P), sbh);
     else
-        LAUNCH(k_bwd_b<IT>, dim3(P.NCmax, P.H), BwdBSmem<IT>::carve(nullptr, rr, nullptr));
+        LAUNCH(k_bwd_b<IT>, chunk_grid(P), BwdBSmem<IT>::carve(nullptr, rr, nullptr));
     if (rr && P.dmask) {
         k_dmask<<<P.H, 256, 0, st>>>(P);
         GDP_CU(cudaGetLastError());
