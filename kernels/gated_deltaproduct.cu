@@ -62,6 +62,7 @@ struct Params {
     int ninv;        /* 65536/n + 1: p/n == (p*ninv) >> 16 exactly for p < 64 */
     int sinv;        /* split mode: 65536/(K/n) + 1: x/(K/n) == (x*sinv) >> 16 exactly for x < 256 */
     bool wsl8;       /* split mode: the slice width K/n is a multiple of 8 */
+    int ci0;         /* per-chunk kernels: the first chunk of this launch (chunk grids of over 65535 chunks) */
     float scale;
     const void *q, *k, *v, *beta, *d_o;
     const float *g, *mask, *h0, *dht;
@@ -94,11 +95,6 @@ struct Carve {
 __device__ __forceinline__ void store2(float *p, float a, float b) { *(float2 *)p = make_float2(a, b); }
 __device__ __forceinline__ void store2(__nv_bfloat16 *p, float a, float b) { *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b); }
 
-#ifndef GDP_HEAD_FAST
-#define GDP_HEAD_FAST 0
-#endif
-/* per-chunk grids are (H, NCmax[, z]) with GDP_HEAD_FAST: a chunk's heads run side by side (experiment) */
-constexpr bool head_fast = GDP_HEAD_FAST;
 /* ---------------------------------------------------------------- row access */
 /* Chunk ci of sequence s (table entry si), laid out as k_chunks lays out the chunk table: computed,
  * where a sequential pass's read of the table is a dependent global load in its step (state pass,
@@ -156,6 +152,15 @@ template <typename OT, class F> __device__ __forceinline__ void fill(OT *s, int 
     }
 }
 
+/* A per-chunk kernel's CTA: chunk ci, head h. The grid is (H, chunks) (chunk_grid), so that a
+ * chunk's heads run side by side: at H 16, n_h 2 bwd_b took 0.533 ms against 0.546 with the heads
+ * of one chunk 512 CTAs apart (H200, session 26 call 4; saved f+b 1.877-1.881 against 1.892-1.893).
+ * (ci as blockIdx.x / H of a one-dimensional grid made five fast kernels spill.) */
+__device__ __forceinline__ void block_chunk_head(const Params &P, int &ci, int &h) {
+    ci = P.ci0 + (int)blockIdx.y;
+    h = (int)blockIdx.x;
+}
+
 struct ChunkCtx {
     int ci, h, tok0, ct, lc;
     int64_t ch;
@@ -167,8 +172,9 @@ struct ChunkCtx {
  * load at the start of every CTA, ahead of all its addresses. (The division's registers made the
  * generic kernels and k_bwd_a_kres spill.) */
 template <bool TABLE_FREE = false>
-__device__ __forceinline__ bool chunk_ctx(const Params &P, int bx, int by, ChunkCtx &c) {
-    const int ci = head_fast ? by : bx, h = head_fast ? bx : by; /* the grid's (x, y) */
+__device__ __forceinline__ bool chunk_ctx(const Params &P, ChunkCtx &c) {
+    int ci, h;
+    block_chunk_head(P, ci, h);
     if (TABLE_FREE && !P.cu) {
         const int ncs = (P.T + P.Ct - 1) / P.Ct, s = ci / ncs, cc = ci - s * ncs;
         if (s >= P.N) return false;
@@ -636,7 +642,7 @@ template <typename IT> struct PrepSmem {
 template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_prep(Params P) {
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
-    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    if (!chunk_ctx(P, c)) return;
     PrepSmem<IT> S;
     PrepSmem<IT>::carve(smem, &S);
     const int tid = threadIdx.x;
@@ -697,7 +703,7 @@ template <typename IT> struct Prep2Smem {
 template <typename IT> __global__ void __launch_bounds__(NTHREADS, sizeof(IT) == 2 ? 3 : 2) k_prep2(Params P) {
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
-    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    if (!chunk_ctx(P, c)) return;
     const bool hh = P.mode == GDP_MODE_HOUSEHOLDER;
     Prep2Smem<IT> S;
     Prep2Smem<IT>::carve(smem, P.KP, P.VP, P.Ctp, !hh, &S);
@@ -899,7 +905,7 @@ template <typename IT> struct OutSmem {
 template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_output(Params P) {
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
-    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    if (!chunk_ctx(P, c)) return;
     OutSmem<IT> S;
     OutSmem<IT>::carve(smem, P.Ctp, &S);
     const int v0 = blockIdx.z * GDP_TILE, wv = min(GDP_TILE, P.VP - v0), Ctp = P.Ctp;
@@ -1352,7 +1358,7 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     constexpr int LDK = SM::LDK;
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
-    if (!chunk_ctx<true>(P, blockIdx.x, blockIdx.y, c)) return;
+    if (!chunk_ctx<true>(P, c)) return;
     const bool hh = P.mode == GDP_MODE_HOUSEHOLDER;
     const int tid = threadIdx.x, warp = tid >> 5, ct = c.ct, lc = c.lc;
     const int ldv = P.VP + 8;
@@ -1674,10 +1680,11 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS) k_output_
     using OT = OutTiles<CTP, BV>;
     constexpr int NO = OT::NO;
     extern __shared__ __align__(16) char smem[];
-    const int ci = head_fast ? blockIdx.y : blockIdx.x;
+    int ci, h;
+    block_chunk_head(P, ci, h);
     const GdpChunkInfo ck = P.chunk[ci];
     if (ck.seq < 0) return;
-    const int h = head_fast ? blockIdx.x : blockIdx.y, nvt = P.VP / BV;
+    const int nvt = P.VP / BV;
     const OT ot;
     const int mo = ot.mo, no = ot.no;
     const bool active = ot.active;
@@ -2114,7 +2121,7 @@ __device__ __forceinline__ float warp_sum(float s) {
 template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a(Params P) {
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
-    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    if (!chunk_ctx(P, c)) return;
     BwdASmem<IT> S;
     BwdASmem<IT>::carve(smem, P.Ctp, P.nvt, &S);
     const int kt = blockIdx.z, c0 = kt * GDP_TILE, wk = min(GDP_TILE, P.KP - c0), Ctp = P.Ctp, n = P.n;
@@ -2337,7 +2344,7 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
     constexpr bool QSPLIT = (CTP / 16) * QCT == 4;
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
-    if (!chunk_ctx<true>(P, blockIdx.x, blockIdx.y, c)) return;
+    if (!chunk_ctx<true>(P, c)) return;
     const int kt = blockIdx.z, c0 = kt * GDP_TILE, ct = c.ct, lc = c.lc;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     float *Gs = (float *)smem, *rowf = Gs + 64, *qf = rowf + 64, *red = qf + 64, *pst = red + 8, *pga = pst + 128,
@@ -2446,7 +2453,7 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_kres(P
     constexpr bool QSPLIT = (CTP / 16) * QCT == 4;
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
-    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    if (!chunk_ctx(P, c)) return;
     const int ct = c.ct, lc = c.lc, nvt = P.nvt, NS = 2 * nvt;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     float *Gs = (float *)smem, *rowf = Gs + 64, *qf = rowf + 64, *red = qf + 64, *pst = red + 8, *pga = pst + 128,
@@ -2604,7 +2611,7 @@ template <typename IT> struct BwdBSmem {
 template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_b(Params P) {
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
-    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    if (!chunk_ctx(P, c)) return;
     const int n = P.n, tid = threadIdx.x, rr = P.mode == GDP_MODE_SPLIT ? n * n : 0;
     const bool hh = P.mode == GDP_MODE_HOUSEHOLDER;
     BwdBSmem<IT> S;
@@ -2824,7 +2831,7 @@ template <typename IT> struct BwdBhSmem {
 template <typename IT, bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_hh(Params P) {
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
-    if (!chunk_ctx(P, blockIdx.x, blockIdx.y, c)) return;
+    if (!chunk_ctx(P, c)) return;
     const int n = P.n, tid = threadIdx.x, nkt = P.nkt, nvt = P.nvt, NS = 2 * nkt + nvt, rr = SPLIT ? n * n : 0;
     BwdBhSmem<IT> S;
     BwdBhSmem<IT>::carve(smem, rr, &S);
@@ -3063,7 +3070,7 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
     constexpr int LDH = 36; /* 32-column fp32 halves of E (split mode) */
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
-    if (!chunk_ctx<true>(P, blockIdx.x, blockIdx.y, c)) return;
+    if (!chunk_ctx<true>(P, c)) return;
     const int nkt = P.nkt, nvt = P.nvt, NS = 2 * nkt + nvt, lc = c.lc, ct = c.ct, n = P.n, tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, rr = SPLIT ? n * n : 0;
     float *Gs = (float *)smem, *br = Gs + 64, *gam = br + 64, *dGr = gam + 64, *pdb = dGr + 64, *pdg = pdb + 128;
@@ -3374,6 +3381,30 @@ static GdpStatus launch(const char *who, const char *name, K kernel, dim3 grid, 
     }
     return GDP_OK;
 }
+/* The grid of a per-chunk kernel: a CTA a (head, chunk) [, z]. A grid's y is at most 65535, so
+ * more chunks go out in several launches, each from chunk P.ci0. */
+struct ChunkGrid {
+    int z;
+};
+static ChunkGrid chunk_grid(int z = 1) { return ChunkGrid{z}; }
+/* the most chunks a launch: 65535, or fewer under GDP_CHUNK_GRID_Y (tests: the pieces' offsets) */
+static int chunk_grid_y_max() {
+    const char *e = getenv("GDP_CHUNK_GRID_Y");
+    const int v = e ? atoi(e) : 0;
+    return v >= 1 && v < 65535 ? v : 65535;
+}
+template <typename K, typename... Extra>
+static GdpStatus launch(const char *who, const char *name, K kernel, ChunkGrid g, size_t smem, cudaStream_t st,
+                        const Params &P, const Extra &...extra) {
+    const int ymax = chunk_grid_y_max();
+    Params piece = P;
+    for (piece.ci0 = 0; piece.ci0 < P.NCmax; piece.ci0 += ymax) {
+        const dim3 grid(P.H, min(ymax, P.NCmax - piece.ci0), g.z);
+        GdpStatus s = launch(who, name, kernel, grid, smem, st, piece, extra...);
+        if (s != GDP_OK) return s;
+    }
+    return GDP_OK;
+}
 #define LAUNCH(kernel, grid, smem)                                                                            \
     do {                                                                                                      \
         GdpStatus s_ = launch(who, #kernel, kernel, grid, smem, st, P);                                        \
@@ -3583,10 +3614,7 @@ static size_t bwd_a_kres_smem(int ctp) {
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-/* the grid of a per-chunk kernel: one CTA a (chunk, head) [, z] */
-static dim3 chunk_grid(const Params &P, int z = 1) {
-    return head_fast ? dim3(P.H, P.NCmax, z) : dim3(P.NCmax, P.H, z);
-}
+
 
 static GdpStatus check_common(const char *who, const GdpDesc *d) {
     GdpStatus s = gdp_validate(d);
@@ -3758,12 +3786,12 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
     const bool split = P.mode == GDP_MODE_SPLIT;
     const size_t spf = prep2_fast_smem(pl.KP, pl.Ctp, split, pl.VP);
     if (use_fast<IT>("prep") && fast_shape(pl, P) && prep2_fast_kernel(pl.KP, pl.Ctp) && spf <= (size_t)limit) {
-        GdpStatus s = launch(who, "k_prep2_fast", prep2_fast_kernel(pl.KP, pl.Ctp), chunk_grid(P), spf, st, P);
+        GdpStatus s = launch(who, "k_prep2_fast", prep2_fast_kernel(pl.KP, pl.Ctp), chunk_grid(), spf, st, P);
         if (s != GDP_OK) return s;
     } else if (sp2 <= (size_t)limit)
-        LAUNCH(k_prep2<IT>, chunk_grid(P), sp2);
+        LAUNCH(k_prep2<IT>, chunk_grid(), sp2);
     else
-        LAUNCH(k_prep<IT>, chunk_grid(P), PrepSmem<IT>::carve(nullptr, nullptr));
+        LAUNCH(k_prep<IT>, chunk_grid(), PrepSmem<IT>::carve(nullptr, nullptr));
     if (fast_bv) {
         P.bv = fast_bv;
         /* A forward's fast state pass makes the output too (P.fast_out; the caller then launches no
@@ -3844,9 +3872,9 @@ template <typename IT> static GdpStatus forward_impl(const GdpDesc *d, const Gdp
     if (P.fuse_out || P.fast_out) return GDP_OK;
     if (use_fast<IT>("output") && fast_shape(pl, P) && output_fast_kernel(pl.KP, pl.Ctp) &&
         output_fast_smem(pl.KP, pl.Ctp) <= (size_t)limit)
-        return launch(who, "k_output_fast", output_fast_kernel(pl.KP, pl.Ctp), chunk_grid(P),
+        return launch(who, "k_output_fast", output_fast_kernel(pl.KP, pl.Ctp), chunk_grid(),
                       output_fast_smem(pl.KP, pl.Ctp), st, P);
-    LAUNCH(k_output<IT>, chunk_grid(P, P.nvt), OutSmem<IT>::carve(nullptr, pl.Ctp, nullptr));
+    LAUNCH(k_output<IT>, chunk_grid(P.nvt), OutSmem<IT>::carve(nullptr, pl.Ctp, nullptr));
     return GDP_OK;
 }
 
@@ -3893,27 +3921,27 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
     const bool kres_shape = fast_bwd && pl.KP == 128 && P.nvt <= 2 && bwd_a_kres_smem(pl.Ctp) <= (size_t)limit;
     const bool kres = kres_shape && (bwd_a_env ? !strcmp(bwd_a_env, "kres") : pl.Ctp <= 32);
     if (kres) {
-        s = launch(who, "k_bwd_a_kres", bwd_a_kres_kernel(pl.Ctp), chunk_grid(P), bwd_a_kres_smem(pl.Ctp), st, P);
+        s = launch(who, "k_bwd_a_kres", bwd_a_kres_kernel(pl.Ctp), chunk_grid(), bwd_a_kres_smem(pl.Ctp), st, P);
         if (s != GDP_OK) return s;
     } else if (fast_bwd && bwd_a_fast_kernel(pl.Ctp)) {
-        s = launch(who, "k_bwd_a_fast", bwd_a_fast_kernel(pl.Ctp), chunk_grid(P, P.nkt), bwd_a_fast_smem(pl.Ctp), st, P);
+        s = launch(who, "k_bwd_a_fast", bwd_a_fast_kernel(pl.Ctp), chunk_grid(P.nkt), bwd_a_fast_smem(pl.Ctp), st, P);
         if (s != GDP_OK) return s;
     } else {
-        LAUNCH(k_bwd_a<IT>, chunk_grid(P, P.nkt), BwdASmem<IT>::carve(nullptr, pl.Ctp, pl.nvt, nullptr));
+        LAUNCH(k_bwd_a<IT>, chunk_grid(P.nkt), BwdASmem<IT>::carve(nullptr, pl.Ctp, pl.nvt, nullptr));
     }
     const int rr = d->mode == GDP_MODE_SPLIT ? d->n * d->n : 0;
     const size_t sbh = BwdBhSmem<IT>::carve(nullptr, rr, nullptr);
     const bool fast_b = fast_bwd && BwdBFastSmem::BYTES <= (size_t)limit;
     if (fast_b && d->mode == GDP_MODE_HOUSEHOLDER)
-        LAUNCH(k_bwd_b_fast<false>, chunk_grid(P), BwdBFastSmem::BYTES);
+        LAUNCH(k_bwd_b_fast<false>, chunk_grid(), BwdBFastSmem::BYTES);
     else if (fast_b && rr <= GDP_SPLIT_FAST_RR && P.wsl8) /* wsl8 holds wherever fast_shape does */
-        LAUNCH(k_bwd_b_fast<true>, chunk_grid(P), BwdBFastSmem::BYTES);
+        LAUNCH(k_bwd_b_fast<true>, chunk_grid(), BwdBFastSmem::BYTES);
     else if (d->mode == GDP_MODE_HOUSEHOLDER && sbh <= (size_t)limit)
-        LAUNCH((k_bwd_b_hh<IT, false>), chunk_grid(P), sbh);
+        LAUNCH((k_bwd_b_hh<IT, false>), chunk_grid(), sbh);
     else if (d->mode == GDP_MODE_SPLIT && rr <= GDP_SPLIT_FAST_RR && sbh <= (size_t)limit)
-        LAUNCH((k_bwd_b_hh<IT, true>), chunk_grid(P), sbh);
+        LAUNCH((k_bwd_b_hh<IT, true>), chunk_grid(), sbh);
     else
-        LAUNCH(k_bwd_b<IT>, chunk_grid(P), BwdBSmem<IT>::carve(nullptr, rr, nullptr));
+        LAUNCH(k_bwd_b<IT>, chunk_grid(), BwdBSmem<IT>::carve(nullptr, rr, nullptr));
     if (rr && P.dmask) {
         k_dmask<<<P.H, 256, 0, st>>>(P);
         GDP_CU(cudaGetLastError());

@@ -597,6 +597,14 @@ GPU_TEST(output_pass) {
     cases_per_env(failures, state_cases, GDP_ARRAY_LEN(state_cases), 8000, "GDP_GENERIC", generic, 1);
 }
 
+/* Per-chunk kernels launch at most 65535 chunks at a time (a grid's y); GDP_CHUNK_GRID_Y=3 makes
+ * every launch of them several, so that each piece's chunk offset (Params.ci0) is checked on every
+ * kernel and shape of rand_cases, against the CPU f64 path and saving against plain forwards. */
+GPU_TEST(chunk_grid_pieces) {
+    static const char *const three[1] = {"3"};
+    cases_per_env(failures, rand_cases, GDP_ARRAY_LEN(rand_cases), 9000, "GDP_CHUNK_GRID_Y", three, 1);
+}
+
 /* The fast dh pass at K 256 (q single-buffered): V tile 64 (up to 32 chunk tokens) and 32 (up to 64)
  * forced, both modes, varlen, n_h 1 to 4; where a forced tile does not fit, the generic pass runs. */
 GPU_TEST(dh_pass_k256) {
