@@ -153,9 +153,9 @@ template <typename OT, class F> __device__ __forceinline__ void fill(OT *s, int 
 }
 
 /* A per-chunk kernel's CTA: chunk ci, head h. The grid is (H, chunks) (chunk_grid), so that a
- * chunk's heads run side by side: at H 16, n_h 2 bwd_b took 0.533 ms against 0.546 with the heads
- * of one chunk 512 CTAs apart (H200, session 26 call 4; saved f+b 1.877-1.881 against 1.892-1.893).
- * (ci as blockIdx.x / H of a one-dimensional grid made five fast kernels spill.) */
+ * chunk's heads run side by side: at H 16, n_h 2 bwd_b took 0.529-0.536 ms against 0.543-0.546
+ * with the heads of one chunk 512 CTAs apart (H200, session 26 call 5). (ci as blockIdx.x / H of a
+ * one-dimensional grid made five fast kernels spill.) */
 __device__ __forceinline__ void block_chunk_head(const Params &P, int &ci, int &h) {
     ci = P.ci0 + (int)blockIdx.y;
     h = (int)blockIdx.x;
