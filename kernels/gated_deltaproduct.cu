@@ -96,8 +96,8 @@ __device__ __forceinline__ void store2(float *p, float a, float b) { *(float2 *)
 __device__ __forceinline__ void store2(__nv_bfloat16 *p, float a, float b) { *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b); }
 
 /* ---------------------------------------------------------------- row access */
-/* Chunk ci of sequence s (table entry si), laid out as k_chunks lays out the chunk table: computed,
- * where a sequential pass's read of the table is a dependent global load in its step (state pass,
+/* Chunk ci of sequence s (table entry si). k_chunks fills the chunk table with it; the sequential
+ * passes call it instead of reading the table, a dependent global load in every step (state pass,
  * n_h 2: the next chunk's q address waited on it, ~6% of the stall samples). */
 __device__ __forceinline__ GdpChunkInfo seq_chunk(const GdpSeqInfo &si, int s, int ci, int Ct) {
     GdpChunkInfo ck;
@@ -389,11 +389,7 @@ __global__ void k_chunks(Params P) {
             const int mid = (lo + hi + 1) / 2;
             if (P.seq[mid].c0 <= ci) lo = mid; else hi = mid - 1;
         }
-        const GdpSeqInfo si = P.seq[lo];
-        ck.seq = lo;
-        ck.c = ci - si.c0;
-        ck.tok0 = si.base + ck.c * P.Ct;
-        ck.ct = si.len - ck.c * P.Ct < P.Ct ? si.len - ck.c * P.Ct : P.Ct;
+        ck = seq_chunk(P.seq[lo], lo, ci, P.Ct);
     }
     P.chunk[ci] = ck;
 }
