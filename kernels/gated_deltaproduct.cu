@@ -3095,11 +3095,26 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
             cp_rows_of<64, 64>(dst, LDT, [&](int r) { return src0 + (tokrow0 + (int64_t)tokof(P, r) * P.H) * width; }, lc);
         }
     };
+    /* Split mode's raw keys are read by split_keys only, which takes token t's 8-column group x from
+     * row (t, slice of x) alone where slices are whole groups (wsl8): each piece once, into that row,
+     * where rows_in loads every row of a token (n times the pieces). split_keys rewrites all 64 rows.
+     * (Over 64 rows of tokens, for n 1 too, k_bwd_b_fast<true> spilled 104 bytes.) */
+    auto keys_in = [&](bf16_t *dst, int c0) {
+        if (!SPLIT || !P.wsl8 || n < 2) {
+            rows_in(dst, (const bf16_t *)P.k + c0, P.K);
+            return;
+        }
+        for_pieces16<32, 64>([&](int t, int x) { /* n >= 2: at most 32 tokens */
+            if (t < ct)
+                cp_async16(dst + (t * n + slice_of(P, c0 + x)) * LDT + x,
+                           (const bf16_t *)P.k + (tokrow0 + (int64_t)t * P.H) * P.K + c0 + x);
+        });
+    };
     auto issue = [&](int st, int b) {
         if (st < nkt || st >= nkt + nvt) {
             const int c0 = (st < nkt ? st : st - nkt - nvt) * GDP_TILE;
             cp_tile16<64, 64>(Ab(b), LDT, dWg + c0, P.KP);
-            rows_in(Bb(b), (const bf16_t *)P.k + c0, P.K);
+            keys_in(Bb(b), c0);
             if (st >= nkt) cp_tile16<64, 64>(Cb(b), LDT, dKwg + c0, P.KP);
         } else {
             const int v0 = (st - nkt) * GDP_TILE;
