@@ -1214,6 +1214,19 @@ __device__ __forceinline__ void state_frags_in(float (&S)[MT][NT][4], const floa
         frag_store_pairs(S[mt], m0 + 16 * mt, n0, at);
     }
 }
+/* v *= f(r) over a warp's 16 x 8*NT fragment at row m0 (the mma C layout): a thread's two rows, f
+ * called once for each (where frag_each called it, an exp and a shared load, for every element) */
+template <int NT, class RowF> __device__ __forceinline__ void frag_scale_rows(float (&acc)[NT][4], int m0, RowF f) {
+    const int r0 = m0 + ((threadIdx.x & 31) >> 2);
+    const float f0 = f(r0), f1 = f(r0 + 8);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        acc[nt][0] *= f0;
+        acc[nt][1] *= f0;
+        acc[nt][2] *= f1;
+        acc[nt][3] *= f1;
+    }
+}
 template <int MT, int NT> __device__ __forceinline__ void frag_scale(float (&S)[MT][NT][4], float f) {
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -1637,7 +1650,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
             frag_zero(O);
             warp_mma<NO, false>(O, Qb(b), LDK, Sop, LDS, KP, mo, no);
             const float *G = hd.G(b);
-            frag_each(O, mo, no, [&](int t, int, float &v) { v *= t < ck.ct ? P.scale * __expf(G[t]) : 0.f; });
+            frag_scale_rows(O, mo, [&](int t) { return t < ck.ct ? P.scale * __expf(G[t]) : 0.f; });
         }
         __syncthreads();
         if (SM::QONE && ci + 1 < cend) { /* every warp is past q h: the next chunk's q */
@@ -1711,7 +1724,7 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS) k_output_
             float O[NO][4];
             frag_zero(O);
             warp_mma<NO, false>(O, Q, LDK, Hb(vt & 1), LDS, KP, mo, no);
-            frag_each(O, mo, no, [&](int t, int, float &v) { v *= t < ck.ct ? P.scale * __expf(G[t]) : 0.f; });
+            frag_scale_rows(O, mo, [&](int t) { return t < ck.ct ? P.scale * __expf(G[t]) : 0.f; });
             warp_mma<NO, false>(O, Ps, LDT, Db(vt & 1), LDS, 64, mo, no);
             store_o_frag(P, O, ck, h, vt * BV, mo, no);
         }
@@ -1823,7 +1836,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
             frag_zero(O[0]);
             warp_mma_v<1, NO, false>(O, Qb(b), Sop, KP, mo, no);
             const float *G = Gb(b);
-            frag_each(O[0], mo, no, [&](int t, int, float &v) { v *= t < ck.ct ? P.scale * __expf(G[t]) : 0.f; });
+            frag_scale_rows(O[0], mo, [&](int t) { return t < ck.ct ? P.scale * __expf(G[t]) : 0.f; });
         }
         if (store_hd) {
             fence_proxy_async();            /* Delta's writes before its store */
@@ -3091,11 +3104,26 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
             cp_rows_of<64, 64>(dst, LDT, [&](int r) { return src0 + (tokrow0 + (int64_t)tokof(P, r) * P.H) * width; }, lc);
         }
     };
+    /* Split mode's raw keys are read by split_keys only, which takes token t's 8-column group x from
+     * row (t, slice of x) alone where slices are whole groups (wsl8): each piece once, into that row,
+     * where rows_in loads every row of a token (n times the pieces). split_keys rewrites all 64 rows.
+     * (Over 64 rows of tokens, for n 1 too, k_bwd_b_fast<true> spilled 104 bytes.) */
+    auto keys_in = [&](bf16_t *dst, int c0) {
+        if (!SPLIT || !P.wsl8 || n < 2) {
+            rows_in(dst, (const bf16_t *)P.k + c0, P.K);
+            return;
+        }
+        for_pieces16<32, 64>([&](int t, int x) { /* n >= 2: at most 32 tokens */
+            if (t < ct)
+                cp_async16(dst + (t * n + slice_of(P, c0 + x)) * LDT + x,
+                           (const bf16_t *)P.k + (tokrow0 + (int64_t)t * P.H) * P.K + c0 + x);
+        });
+    };
     auto issue = [&](int st, int b) {
         if (st < nkt || st >= nkt + nvt) {
             const int c0 = (st < nkt ? st : st - nkt - nvt) * GDP_TILE;
             cp_tile16<64, 64>(Ab(b), LDT, dWg + c0, P.KP);
-            rows_in(Bb(b), (const bf16_t *)P.k + c0, P.K);
+            keys_in(Bb(b), c0);
             if (st >= nkt) cp_tile16<64, 64>(Cb(b), LDT, dKwg + c0, P.KP);
         } else {
             const int v0 = (st - nkt) * GDP_TILE;
