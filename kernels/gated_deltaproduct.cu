@@ -94,6 +94,16 @@ struct Carve {
 /* two adjacent elements (even offset) with one store */
 __device__ __forceinline__ void store2(float *p, float a, float b) { *(float2 *)p = make_float2(a, b); }
 __device__ __forceinline__ void store2(__nv_bfloat16 *p, float a, float b) { *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b); }
+/* e^x of a gate (log-decay) difference or sum: __expf's ex2.approx with results below 2^-126 flushed
+ * to zero, which __expf keeps as denormals at three more instructions an exp (a compare and two
+ * predicated multiplies around MUFU.EX2; prep is bound by instruction issue). A decay that small is
+ * zero to every product it scales (bf16 has fp32's exponent range). Same bits as __expf elsewhere. */
+__device__ __forceinline__ float gate_exp(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
+}
+
 
 /* ---------------------------------------------------------------- row access */
 /* Chunk ci of sequence s (table entry si). k_chunks fills the chunk table with it; the sequential
@@ -205,7 +215,7 @@ __device__ __forceinline__ void load_r(const Params &P, const ChunkCtx &c, IT *s
     load_rows(s, LDT, 64, wk, c0, P.K, P.veck, [&](int r) { return r < c.lc ? krow<IT>(P, c.tok0, c.h, r) : (const IT *)nullptr; },
               [&](int r, int x, float v) {
                   const float rv = r_of(P, c.h, r, x, v);
-                  return scale_mode ? br[r] * __expf(Gs[tokof(P, r)]) * rv : rv;
+                  return scale_mode ? br[r] * gate_exp(Gs[tokof(P, r)]) * rv : rv;
               });
 }
 /* scale_mode 0: V; 1: beta*V (X_v) */
@@ -720,8 +730,8 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, sizeof(IT) ==
     }
     const float GL = S.Gs[c.ct - 1];
     for (int t = tid; t < 64; t += blockDim.x) {
-        S.rowf[t] = t < c.lc ? __expf(GL - S.Gs[tokof(P, t)]) : 0.f;
-        S.bg[t] = S.br[t] * __expf(S.Gs[tokof(P, t)]); /* beta gamma per row (0 past lc) */
+        S.rowf[t] = t < c.lc ? gate_exp(GL - S.Gs[tokof(P, t)]) : 0.f;
+        S.bg[t] = S.br[t] * gate_exp(S.Gs[tokof(P, t)]); /* beta gamma per row (0 past lc) */
         P.G[c.ch * GDP_CHUNK + t] = S.Gs[t];
     }
     {
@@ -733,13 +743,13 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, sizeof(IT) ==
         if (r_in_a) __syncthreads(); /* R is read; A goes over it */
         tile_each(aA, 64, 64, [&](int i, int j, float v) {
             float a = 0.f;
-            if (i < c.lc && j < c.lc && earlier(P, i, j)) a = S.br[i] * __expf(S.Gs[tokof(P, i)] - S.Gs[tokof(P, j)]) * v;
+            if (i < c.lc && j < c.lc && earlier(P, i, j)) a = S.br[i] * gate_exp(S.Gs[tokof(P, i)] - S.Gs[tokof(P, j)]) * v;
             S.Af[i * LDA + j] = a;
         });
         IT *Pg = (IT *)P.P + c.ch * P.sP;
         tile_each(aP, Ctp, 64, [&](int t, int s2, float v) {
             float val = 0.f;
-            if (t < c.ct && s2 < c.lc && tokof(P, s2) <= t) val = P.scale * __expf(S.Gs[t] - S.Gs[tokof(P, s2)]) * v;
+            if (t < c.ct && s2 < c.lc && tokof(P, s2) <= t) val = P.scale * gate_exp(S.Gs[t] - S.Gs[tokof(P, s2)]) * v;
             Pg[t * 64 + s2] = fromf<IT>(val);
         });
     }
@@ -850,9 +860,9 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_state(Pa
         IT *Us = b ? S.Us[1] : S.Us[0], *Wb = b ? S.Ws[1] : S.Ws[0], *Kb = b ? S.Kd[1] : S.Kd[0];
         IT *Qb = b ? S.Qs[1] : S.Qs[0], *Pb = b ? S.Ps[1] : S.Ps[0];
         __syncthreads();
-        const float gL = __expf(Gs[ct - 1]);
+        const float gL = gate_exp(Gs[ct - 1]);
         if (fused) {
-            for_chunks8(ct, KP, [&](int t, int x) { scale8(Qb + t * ldk + x, Qb + t * ldk + x, P.scale * __expf(Gs[t])); });
+            for_chunks8(ct, KP, [&](int t, int x) { scale8(Qb + t * ldk + x, Qb + t * ldk + x, P.scale * gate_exp(Gs[t])); });
         } else {
             st_tile((IT *)P.h + ch * P.sH + v0, P.VP, S.Sop, lds, KP, w);
         }
@@ -1010,8 +1020,8 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_dh(Params P
         const int64_t ch = (int64_t)ci * P.H + h;
         const float *Gs = b ? S.Gst[1] : S.Gst[0];
         __syncthreads();
-        const float gL = __expf(Gs[ct - 1]);
-        for (int t = threadIdx.x; t < 64; t += blockDim.x) S.qf[t] = t < ct ? P.scale * __expf(Gs[t]) : 0.f;
+        const float gL = gate_exp(Gs[ct - 1]);
+        for (int t = threadIdx.x; t < 64; t += blockDim.x) S.qf[t] = t < ct ? P.scale * gate_exp(Gs[t]) : 0.f;
         st_tile((IT *)P.dh + ch * P.sH + v0, P.VP, S.dSop, lds, KP, w);
         IT *Qs = b ? S.Qs[1] : S.Qs[0], *Wb = b ? S.Ws[1] : S.Ws[0], *Kb = b ? S.Kd[1] : S.Kd[0];
         IT *Pb = b ? S.Ps[1] : S.Ps[0], *dOb = b ? S.dOs[1] : S.dOs[0];
@@ -1111,7 +1121,7 @@ __device__ __forceinline__ void frag_gate_decay(float (&acc)[NT][4], int m0, int
             for (int e1 = 0; e1 < 2; e1++) {
                 const int col = c0 + 8 * nt + e1;
                 float &v = acc[nt][2 * rh + e1];
-                const float x = gf.y * __expf(gf.x - col_gate(col)) * v;
+                const float x = gf.y * gate_exp(gf.x - col_gate(col)) * v;
                 v = live(r, col) ? x : 0.f;
             }
     }
@@ -1395,8 +1405,8 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     }
     if (tid < 64) {
         const float G = Gs[tokof(P, tid)];
-        rowf[tid] = tid < lc ? __expf(Gs[ct - 1] - G) : 0.f;
-        bg[tid] = br[tid] * __expf(G); /* beta gamma per row (0 past lc) */
+        rowf[tid] = tid < lc ? gate_exp(Gs[ct - 1] - G) : 0.f;
+        bg[tid] = br[tid] * gate_exp(G); /* beta gamma per row (0 past lc) */
         P.G[c.ch * GDP_CHUNK + tid] = Gs[tid];
     }
     /* A and P in 16 x 16 blocks dealt round-robin to the warps: A's ten blocks on or below the
@@ -1636,7 +1646,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
         cp_commit();
         const int64_t ch = (int64_t)ci * P.H + h;
         bf16_t *U = Ub(b);
-        const float gL = __expf(hd.G(b)[ck.ct - 1]);
+        const float gL = gate_exp(hd.G(b)[ck.ct - 1]);
         if (!CTPO || P.keep_hd) store_tile16<KP, BV>((bf16_t *)P.h + ch * P.sH + v0, P.VP, Sop, LDS);
         {
             float D[TL::MT1][TL::NT1][4];
@@ -1650,7 +1660,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
             frag_zero(O);
             warp_mma<NO, false>(O, Qb(b), LDK, Sop, LDS, KP, mo, no);
             const float *G = hd.G(b);
-            frag_scale_rows(O, mo, [&](int t) { return t < ck.ct ? P.scale * __expf(G[t]) : 0.f; });
+            frag_scale_rows(O, mo, [&](int t) { return t < ck.ct ? P.scale * gate_exp(G[t]) : 0.f; });
         }
         __syncthreads();
         if (SM::QONE && ci + 1 < cend) { /* every warp is past q h: the next chunk's q */
@@ -1724,7 +1734,7 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS) k_output_
             float O[NO][4];
             frag_zero(O);
             warp_mma<NO, false>(O, Q, LDK, Hb(vt & 1), LDS, KP, mo, no);
-            frag_scale_rows(O, mo, [&](int t) { return t < ck.ct ? P.scale * __expf(G[t]) : 0.f; });
+            frag_scale_rows(O, mo, [&](int t) { return t < ck.ct ? P.scale * gate_exp(G[t]) : 0.f; });
             warp_mma<NO, false>(O, Ps, LDT, Db(vt & 1), LDS, 64, mo, no);
             store_o_frag(P, O, ck, h, vt * BV, mo, no);
         }
@@ -1823,7 +1833,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
             }
         }
         const Swz128<64> U = Ub(b);
-        const float gL = __expf(Gb(b)[ck.ct - 1]);
+        const float gL = gate_exp(Gb(b)[ck.ct - 1]);
         {
             float D[TL::MT1][TL::NT1][4];
 #pragma unroll
@@ -1836,7 +1846,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
             frag_zero(O[0]);
             warp_mma_v<1, NO, false>(O, Qb(b), Sop, KP, mo, no);
             const float *G = Gb(b);
-            frag_scale_rows(O[0], mo, [&](int t) { return t < ck.ct ? P.scale * __expf(G[t]) : 0.f; });
+            frag_scale_rows(O[0], mo, [&](int t) { return t < ck.ct ? P.scale * gate_exp(G[t]) : 0.f; });
         }
         if (store_hd) {
             fence_proxy_async();            /* Delta's writes before its store */
@@ -1915,7 +1925,7 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
     /* q <- scale e^G q; rows past ct are zeros already */
     auto scale_q = [&](bf16_t *Q, const float *Gs, int ct) {
         for_pieces16<CTP, KP>([&](int t, int x) {
-            if (t < ct) scale8(Q + t * LDK + x, Q + t * LDK + x, P.scale * __expf(Gs[t]));
+            if (t < ct) scale8(Q + t * LDK + x, Q + t * LDK + x, P.scale * gate_exp(Gs[t]));
         });
     };
     for (int ci = cend - 1; ci >= cbeg; ci--) {
@@ -1932,7 +1942,7 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
         if (ci - 2 >= cbeg) nxt = chunk_at(ci - 2);
         const int64_t ch = (int64_t)ci * P.H + h;
         const float *Gs = hd.G(b);
-        const float gL = __expf(Gs[ct - 1]);
+        const float gL = gate_exp(Gs[ct - 1]);
         bf16_t *Q = Qb(b), *dO = dOb(b);
         if (!SM::QONE) scale_q(Q, Gs, ct);
         store_tile16<KP, BV>((bf16_t *)P.dh + ch * P.sH + v0, P.VP, dSop, LDS);
@@ -2044,11 +2054,11 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_dh_tma(Params P, const __grid_c
         cur = nxt;
         if (ci - 2 >= cbeg) nxt = chunk_at(ci - 2);
         const float *Gs = Gb(b);
-        const float gL = __expf(Gs[ct - 1]);
+        const float gL = gate_exp(Gs[ct - 1]);
         const Swz128<CTP> Q = Qb(b), dO = dOb(b);
         for_pieces16<CTP, KP>([&](int t, int x) { /* q <- scale e^G q, rows past ct zeros (read after the second barrier) */
             if (t < ct)
-                scale8(Q.at(t, x), Q.at(t, x), P.scale * __expf(Gs[t]));
+                scale8(Q.at(t, x), Q.at(t, x), P.scale * gate_exp(Gs[t]));
             else if (t < Ct)
                 *(uint4 *)Q.at(t, x) = zero;
         });
@@ -2188,10 +2198,10 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a(Pa
     IT *dSs = dOsL;
     tile_each(aP, Ctp, 64, [&](int t, int s, float v) {
         float val = 0.f;
-        if (t < c.ct && s < c.lc && tokof(P, s) <= t) val = P.scale * __expf(S.Gs[t] - S.Gs[tokof(P, s)]) * v;
+        if (t < c.ct && s < c.lc && tokof(P, s) <= t) val = P.scale * gate_exp(S.Gs[t] - S.Gs[tokof(P, s)]) * v;
         dSs[t * LDT + s] = from_f32<IT>(val);
     });
-    tile_each(aK, 64, wk, [&](int r, int x, float v) { S.dKst[r * LDF + x] = r < c.lc ? __expf(GL - S.Gs[tokof(P, r)]) * v : 0.f; });
+    tile_each(aK, 64, wk, [&](int r, int x, float v) { S.dKst[r * LDF + x] = r < c.lc ? gate_exp(GL - S.Gs[tokof(P, r)]) * v : 0.f; });
     tile_each(aW, 64, wk, [&](int r, int x, float v) { dDsL[r * LDT + x] = fromf<IT>(-v); });
     hdh = warp_sum(hdh);
     if (lane == 0) S.red[warp] = hdh;
@@ -2399,7 +2409,7 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
         issue_next_wait_this(vt + 1 < P.nvt, [&] { issue(vt + 1, b ^ 1); });
         __syncthreads();
         if (vt == 0 && tid < 64) { /* gate tables, read after the loop's barriers */
-            rowf[tid] = tid < lc ? __expf(Gs[ct - 1] - Gs[tokof(P, tid)]) : 0.f;
+            rowf[tid] = tid < lc ? gate_exp(Gs[ct - 1] - Gs[tokof(P, tid)]) : 0.f;
             qf[tid] = tid < ct ? P.scale * expf(Gs[tid]) : 0.f;
         }
         bwd_a_vtile(hdh, aQ, aK, aW, aP, dOb(b), Db(b), dDb(b), LDT, Hb(b), dHb(b), qtile, ptile, mq, nq, m1, n1);
@@ -2511,7 +2521,7 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_kres(P
             issue_next_wait_this(step + 1 < NS, [&] { issue(step + 1, b ^ 1); });
             __syncthreads();
             if (kt == 0 && vt == 0 && tid < 64) { /* gate tables, read after the loop's barriers */
-                rowf[tid] = tid < lc ? __expf(Gs[ct - 1] - Gs[tokof(P, tid)]) : 0.f;
+                rowf[tid] = tid < lc ? gate_exp(Gs[ct - 1] - Gs[tokof(P, tid)]) : 0.f;
                 qf[tid] = tid < ct ? P.scale * expf(Gs[tid]) : 0.f;
             }
             const bf16_t *Hs = stg + b * SM::STAGE;
@@ -2697,7 +2707,7 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_b(Param
     IT *Dop = S.dTop;
     gemm(64, 64, smat(S.Top, LDT, true), smat(S.Yop, LDT), 64, Zero(), [&](int i, int j, float v) {
         float d = 0.f;
-        if (i < c.lc && j < c.lc && earlier(P, i, j)) d = -v * __expf(S.Gs[tokof(P, i)] - S.Gs[tokof(P, j)]);
+        if (i < c.lc && j < c.lc && earlier(P, i, j)) d = -v * gate_exp(S.Gs[tokof(P, i)] - S.Gs[tokof(P, j)]);
         Dop[i * LDT + j] = fromf<IT>(d);
         S.Dp[i * LDT + j] = fromf<IT>(S.br[i] * d);
     });
@@ -2721,7 +2731,7 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_bwd_b(Param
         __syncthreads();
         /* F1 = E = gamma dX_r + D Kw */
         gemm(64, wk, smat(Dop, LDT), smat(S.b0, LDT), 64,
-             [&](int r, int cc) { return r < c.lc ? __expf(S.Gs[tokof(P, r)]) * S.F1[r * LDF + cc] : 0.f; },
+             [&](int r, int cc) { return r < c.lc ? gate_exp(S.Gs[tokof(P, r)]) * S.F1[r * LDF + cc] : 0.f; },
              [&](int r, int cc, float v) { S.F1[r * LDF + cc] = v; });
         /* F0 = dKw = dKw_a + Dp^T R */
         gemm(64, wk, smat(S.Dp, LDT, true), smat(Rb, LDT), 64, [&](int r, int cc) { return S.F0[r * LDF + cc]; },
@@ -2888,7 +2898,7 @@ template <typename IT, bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2
         issue_next_wait_this(st + 1 < NS, [&] { issue(st + 1, b ^ 1); });
         __syncthreads();
         if (!gam_ready) { /* Gs is complete after the first barrier */
-            for (int i = tid; i < 64; i += blockDim.x) S.gam[i] = i < c.lc ? __expf(S.Gs[tokof(P, i)]) : 0.f;
+            for (int i = tid; i < 64; i += blockDim.x) S.gam[i] = i < c.lc ? gate_exp(S.Gs[tokof(P, i)]) : 0.f;
             gam_ready = true;
         }
         IT *A = b ? S.A[1] : S.A[0], *B = b ? S.B[1] : S.B[0], *C = b ? S.C[1] : S.C[0];
@@ -2952,7 +2962,7 @@ template <typename IT, bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2
                 __syncthreads();
                 gemm(64, 64, smat(S.Top, LDT, true), smat(S.Yop, LDT), 64, Zero(), [&](int i, int j, float v) {
                     float d = 0.f;
-                    if (i < c.lc && j < c.lc && before(i, j)) d = -v * __expf(S.Gs[tokof(P, i)] - S.Gs[tokof(P, j)]);
+                    if (i < c.lc && j < c.lc && before(i, j)) d = -v * gate_exp(S.Gs[tokof(P, i)] - S.Gs[tokof(P, j)]);
                     Dop[i * LDT + j] = fromf<IT>(d);
                     S.Dp[i * LDT + j] = fromf<IT>(S.br[i] * d);
                 });
@@ -3146,7 +3156,7 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
         cp_wait<0>();
         __syncthreads(); /* stage st's tiles are in, and every warp is past stage st - 1 */
         if (st + 1 < NS) issue(st + 1, b ^ 1);
-        if (st == 0 && tid < 64) gam[tid] = tid < lc ? __expf(Gs[tokof(P, tid)]) : 0.f;
+        if (st == 0 && tid < 64) gam[tid] = tid < lc ? gate_exp(Gs[tokof(P, tid)]) : 0.f;
         bf16_t *A = Ab(b), *Bt = Bb(b), *C = Cb(b);
         if (st < nkt) {
             if (SPLIT) { /* R in place of the raw keys */
@@ -3205,7 +3215,7 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                 frag_zero(Y);
                 warp_mma<4, true, false>(Y, Top, LDT, Yop, LDT, 64, m1, n1);
                 frag_each(Y, m1, n1, [&](int i, int j, float &v) {
-                    v = i < lc && j < lc && earlier(P, i, j) ? -v * __expf(Gs[tokof(P, i)] - Gs[tokof(P, j)]) : 0.f;
+                    v = i < lc && j < lc && earlier(P, i, j) ? -v * gate_exp(Gs[tokof(P, i)] - Gs[tokof(P, j)]) : 0.f;
                 });
                 frag_store_bf16(Y, Dop, LDT, m1, n1);
                 frag_each(Y, m1, n1, [&](int i, int, float &v) { v *= br[i]; });
