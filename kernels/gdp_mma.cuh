@@ -62,16 +62,15 @@ __device__ __forceinline__ void mma_bf16(float *d, uint32_t a0, uint32_t a1, uin
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* x rounded to tf32 (the low 13 mantissa bits zero), as the bits an mma's tf32 operand takes */
-__device__ __forceinline__ uint32_t tf32_round(float x) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return r;
-}
-/* x = hi + lo with hi and lo tf32: products of the two parts keep about fp32's precision (3xTF32) */
+/* x = hi + lo with hi and lo tf32, for 3xTF32 products that keep about fp32's precision. hi is x rounded
+ * on its bits (half a tf32 ulp added, the 13 low mantissa bits cleared; x finite), so lo = x - hi is
+ * exact in fp32 with |lo| <= 2^-11 |x|, and lo truncated to tf32 is off by less than 2^-21 |x|. Four
+ * integer and fp32 instructions an operand: cvt.rna.tf32.f32 twice took seven (a compare with inf, a
+ * select and an add each; the solve's merges, issue-bound in prep, are most of them). */
 __device__ __forceinline__ void tf32_split(float x, uint32_t &hi, uint32_t &lo) {
-    hi = tf32_round(x);
-    lo = tf32_round(x - __uint_as_float(hi));
+    constexpr uint32_t TF32_BITS = 0xffffe000u, HALF_ULP = 0x1000u;
+    hi = (__float_as_uint(x) + HALF_ULP) & TF32_BITS;
+    lo = __float_as_uint(x - __uint_as_float(hi)) & TF32_BITS;
 }
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
