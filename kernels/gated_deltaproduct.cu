@@ -63,6 +63,10 @@ struct Params {
     int sinv;        /* split mode: 65536/(K/n) + 1: x/(K/n) == (x*sinv) >> 16 exactly for x < 256 */
     bool wsl8;       /* split mode: the slice width K/n is a multiple of 8 */
     int ci0;         /* per-chunk kernels: the first chunk of this launch (chunk grids of over 65535 chunks) */
+    /* a batch of equal sequences: chunks a sequence, and ci / ncs == umulhi(4 ci, ncs_mul) >> ncs_shift,
+     * exact for ci < 2^30 (chunks hold at least 8 tokens, so ci < 2^28) */
+    int ncs, ncs_shift;
+    unsigned ncs_mul;
     float scale;
     const void *q, *k, *v, *beta, *d_o;
     const float *g, *mask, *h0, *dht;
@@ -186,7 +190,7 @@ __device__ __forceinline__ bool chunk_ctx(const Params &P, ChunkCtx &c) {
     int ci, h;
     block_chunk_head(P, ci, h);
     if (TABLE_FREE && !P.cu) {
-        const int ncs = (P.T + P.Ct - 1) / P.Ct, s = ci / ncs, cc = ci - s * ncs;
+        const int s = (int)(__umulhi((unsigned)ci << 2, P.ncs_mul) >> P.ncs_shift), cc = ci - s * P.ncs;
         if (s >= P.N) return false;
         c.tok0 = s * P.T + cc * P.Ct;
         c.ct = P.T - cc * P.Ct < P.Ct ? P.T - cc * P.Ct : P.Ct;
@@ -3688,6 +3692,12 @@ static void fill_params(const GdpDesc *d, const GdpPlan &pl, void *ws, void *scr
     P.sinv = 65536 / (d->K / d->n > 0 ? d->K / d->n : 1) + 1;
     P.wsl8 = (d->K / d->n) % 8 == 0;
     P.cu = d->cu_seqlens;
+    /* the uniform chunk context's division by invariant integers: with 2^(l-1) < ncs <= 2^l,
+     * mul = ceil(2^(30+l) / ncs) < 2^31, and (4 ci mul) / 2^(32+l) is ci / ncs plus less than 2^-l
+     * <= 1/ncs, which never reaches the next integer */
+    P.ncs = (d->T + pl.Ct - 1) / pl.Ct;
+    while ((1 << P.ncs_shift) < P.ncs) P.ncs_shift++;
+    P.ncs_mul = (unsigned)((((uint64_t)1 << (30 + P.ncs_shift)) + P.ncs - 1) / P.ncs);
     char *w = (char *)ws;
     P.seq = (GdpSeqInfo *)(w + pl.o_seq);
     P.chunk = (GdpChunkInfo *)(w + pl.o_chunk);
