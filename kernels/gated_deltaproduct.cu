@@ -1259,24 +1259,19 @@ __device__ __forceinline__ void state_frags_out(float (&S)[MT][NT][4], float *ds
     for (int mt = 0; mt < MT; mt++) frag_store_state(S[mt], dst, P, st0, v0, m0 + 16 * mt, n0);
 }
 
-/* acc[MT][NT][4] += A (16 MT rows at m0, KD deep) x B (KD x 8*NT at n0). A: row-major [m][k] (AT
- * false) or stored transposed as [k][m] (AT true); B: stored [k][n] (BT false) or [n][k] (BT true).
- * Each B fragment serves the MT row tiles. NB: B negated (its sign bits flipped as loaded). */
-template <int MT, int NT, bool AT, bool BT = false, bool NB = false, class VA, class VB>
-__device__ __forceinline__ void warp_mma_v(float (&acc)[MT][NT][4], VA A, VB B, int kd, int m0, int n0) {
+/* acc[MT][NT][4] += A (MT row tiles of 16, KD deep) x B (KD x 8*NT at n0), where load_a(mt, k0, a)
+ * puts row tile mt's 16 x 16 A fragment at depth k0 into a (so the row tiles may come from different
+ * tiles, or some transposed). B: stored [k][n] (BT false) or [n][k] (BT true). Each B fragment serves
+ * the MT row tiles. NB: B negated (its sign bits flipped as loaded). */
+template <int MT, int NT, bool BT = false, bool NB = false, class LoadA, class VB>
+__device__ __forceinline__ void warp_mma_rows(float (&acc)[MT][NT][4], LoadA load_a, VB B, int kd, int n0) {
     static_assert(NT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
     const int lane = threadIdx.x & 31, mi = lane >> 3, lr = lane & 7;
 #pragma unroll 4
     for (int k0 = 0; k0 < kd; k0 += 16) {
         uint32_t a[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            const int m = m0 + 16 * mt;
-            if (AT)
-                ldsm_x4_t(a[mt][0], a[mt][1], a[mt][2], a[mt][3], A.at(k0 + (mi >> 1) * 8 + lr, m + (mi & 1) * 8));
-            else
-                ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], A.at(m + lr + (mi & 1) * 8, k0 + (mi >> 1) * 8));
-        }
+        for (int mt = 0; mt < MT; mt++) load_a(mt, k0, a[mt]);
 #pragma unroll
         for (int np = 0; np < NT / 2; np++) {
             uint32_t b[4];
@@ -1294,6 +1289,21 @@ __device__ __forceinline__ void warp_mma_v(float (&acc)[MT][NT][4], VA A, VB B, 
             }
         }
     }
+}
+/* row tile m (16 rows) of A at depth k0 as an mma A fragment: A row-major [m][k] (AT false) or stored
+ * transposed as [k][m] (AT true) */
+template <bool AT, class VA> __device__ __forceinline__ void ldsm_a(uint32_t (&a)[4], VA A, int m, int k0) {
+    const int lane = threadIdx.x & 31, mi = lane >> 3, lr = lane & 7;
+    if (AT)
+        ldsm_x4_t(a[0], a[1], a[2], a[3], A.at(k0 + (mi >> 1) * 8 + lr, m + (mi & 1) * 8));
+    else
+        ldsm_x4(a[0], a[1], a[2], a[3], A.at(m + lr + (mi & 1) * 8, k0 + (mi >> 1) * 8));
+}
+/* the same with the MT row tiles of one tile A, 16 MT rows at m0 */
+template <int MT, int NT, bool AT, bool BT = false, bool NB = false, class VA, class VB>
+__device__ __forceinline__ void warp_mma_v(float (&acc)[MT][NT][4], VA A, VB B, int kd, int m0, int n0) {
+    warp_mma_rows<MT, NT, BT, NB>(
+        acc, [&](int mt, int k0, uint32_t (&a)[4]) { ldsm_a<AT>(a, A, m0 + 16 * mt, k0); }, B, kd, n0);
 }
 /* the same on row-major tiles */
 template <int MT, int NT, bool AT, bool BT = false>
@@ -1550,6 +1560,67 @@ template <int CTP, int BV> struct OutTiles {
     }
 };
 
+/* The state pass with the output at V tile 128 and 32 or 64 chunk tokens (MERGED_STEP): the products
+ * that share an operand run as one, so a warp loads that operand's fragments once: [W; q] h (h from
+ * Sop) before the step's barrier, [Kwd^T; P] Delta after it. Warp w takes the 32 columns at n = 32
+ * (w >> 1) of every product, and row group w & 1 of each: W rows m1 = 32 (w & 1) (two row tiles), q
+ * rows mq = 16 MQ (w & 1), state rows m2 = KP / 2 (w & 1) (KP / 32 row tiles). SO holds the state's
+ * MS row tiles, then o's MQ. Same products, in the same order, as the separate ones: the same bits.
+ * (Separately, h's fragments were loaded for W h and again for q h, Delta's for Kwd^T Delta and
+ * again for P Delta: a quarter of the step's ldmatrix traffic, and the step is bound by shared
+ * memory: 69% of its cycles are shared wavefronts at H 16, n_h 2, session 27's profile.) */
+template <int KP, int BV, int CTPO> struct MergedStep {
+    static constexpr bool ON = BV == 128 && (CTPO == 32 || CTPO == 64) && KP <= 128;
+    static constexpr int MQ = CTPO / 32 > 0 ? CTPO / 32 : 1, MS = KP / 32;
+    int m1, mq, m2, n;
+    __device__ __forceinline__ MergedStep() {
+        const int warp = threadIdx.x >> 5, rg = warp & 1;
+        m1 = 32 * rg, mq = 16 * MQ * rg, m2 = KP / 2 * rg, n = 32 * (warp >> 1);
+    }
+    /* Delta = U - W h in place of U, and o's part (q h) scaled by row (qscale(t)) into SO's tail */
+    template <class VW, class VQ, class VS, class VU, class QScale>
+    __device__ __forceinline__ void front(float (&SO)[MS + MQ][4][4], VW W, VQ Q, VS Sop, VU U, QScale qscale) const {
+        float X[2 + MQ][4][4];
+#pragma unroll
+        for (int mt = 0; mt < 2 + MQ; mt++) frag_zero(X[mt]);
+        warp_mma_rows<2 + MQ, 4>(
+            X,
+            [&](int mt, int k0, uint32_t(&a)[4]) {
+                if (mt < 2)
+                    ldsm_a<false>(a, W, m1 + 16 * mt, k0);
+                else
+                    ldsm_a<false>(a, Q, mq + 16 * (mt - 2), k0);
+            },
+            Sop, KP, n);
+        frags_sub_from(U, reinterpret_cast<float(&)[2][4][4]>(X), m1, n);
+#pragma unroll
+        for (int j = 0; j < MQ; j++) {
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) SO[MS + j][nt][e] = X[2 + j][nt][e];
+            frag_scale_rows(SO[MS + j], mq + 16 * j, qscale);
+        }
+    }
+    /* h = gL h + Kwd^T Delta and o += P Delta (Delta in U) */
+    template <class VK, class VP, class VU>
+    __device__ __forceinline__ void back(float (&SO)[MS + MQ][4][4], VK Kwd, VP Pt, VU U, float gL) const {
+        frag_scale(reinterpret_cast<float(&)[MS][4][4]>(SO), gL);
+        warp_mma_rows<MS + MQ, 4>(
+            SO,
+            [&](int mt, int k0, uint32_t(&a)[4]) {
+                if (mt < MS)
+                    ldsm_a<true>(a, Kwd, m2 + 16 * mt, k0);
+                else
+                    ldsm_a<false>(a, Pt, mq + 16 * (mt - MS), k0);
+            },
+            U, 64, n);
+    }
+    __device__ __forceinline__ float (&state(float (&SO)[MS + MQ][4][4]) const)[MS][4][4] {
+        return reinterpret_cast<float(&)[MS][4][4]>(SO);
+    }
+};
+
 /* o's rows t < ct of a warp's NO n8 tiles at (mo, no) of a chunk's output tile (V columns from v0) */
 template <int NO>
 __device__ __forceinline__ void store_o_frag(const Params &P, const float (&O)[NO][4], const GdpChunkInfo &ck, int h, int v0,
@@ -1606,11 +1677,13 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
     using OT = OutTiles<CTPO, BV>;
     constexpr int NO = OT::NO;
     static_assert(CTPO == 0 || OT::USED == 8, "every warp takes a piece of the output");
+    using MS = MergedStep<KP, BV, CTPO>;
     extern __shared__ __align__(16) char smem[];
     const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H;
     const OT ot;
     const int mo = ot.mo, no = ot.no;
     const TL tl;
+    const MS ms;
     bf16_t *Sop = (bf16_t *)(smem + NS * SM::STAGE), *Qone = Sop + KP * LDS;
     const SeqStageHead<KP, SM::STAGE> hd{smem};
     auto Ub = [&](int b) { return hd.after(b); };
@@ -1621,7 +1694,11 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
     };
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float S[TL::MT2][TL::NT2][4];
-    state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return Sop + r * LDS + c; });
+    float SO[MS::MS + MS::MQ][4][4]; /* MERGED_STEP's state and o */
+    if constexpr (MS::ON)
+        state_frags_in(ms.state(SO), P.h0, P, st0, v0, ms.m2, ms.n, [&](int r, int c) { return Sop + r * LDS + c; });
+    else
+        state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return Sop + r * LDS + c; });
     const GdpSeqInfo si = P.seq[s];
     const int cbeg = si.c0, cend = P.seq[s + 1].c0;
     auto chunk_at = [&](int ci) { return seq_chunk(si, s, ci, P.Ct); };
@@ -1655,7 +1732,10 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
         bf16_t *U = Ub(b);
         const float gL = gate_exp(hd.G(b)[ck.ct - 1]);
         if (!CTPO || P.keep_hd) store_tile16<KP, BV>((bf16_t *)P.h + ch * P.sH + v0, P.VP, Sop, LDS);
-        {
+        const float *G = hd.G(b);
+        auto qscale = [&](int t) { return t < ck.ct ? P.scale * gate_exp(G[t]) : 0.f; };
+        if constexpr (MS::ON) ms.front(SO, RowMajor{hd.W(b), LDK}, RowMajor{Qb(b), LDK}, RowMajor{Sop, LDS}, RowMajor{U, LDS}, qscale);
+        else {
             float D[TL::MT1][TL::NT1][4];
 #pragma unroll
             for (int mt = 0; mt < TL::MT1; mt++) frag_zero(D[mt]);
@@ -1663,11 +1743,10 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
             frags_sub_from(RowMajor{U, LDS}, D, tl.m1, tl.n1); /* Delta = U - W h, in place of U */
         }
         float O[NO][4];
-        if (CTPO) { /* q h, scaled by row: h (Sop) is overwritten only after the barrier below */
+        if (CTPO && !MS::ON) { /* q h, scaled by row: h (Sop) is overwritten only after the barrier below */
             frag_zero(O);
             warp_mma<NO, false>(O, Qb(b), LDK, Sop, LDS, KP, mo, no);
-            const float *G = hd.G(b);
-            frag_scale_rows(O, mo, [&](int t) { return t < ck.ct ? P.scale * gate_exp(G[t]) : 0.f; });
+            frag_scale_rows(O, mo, qscale);
         }
         __syncthreads();
         if (SM::QONE && ci + 1 < cend) { /* every warp is past q h: the next chunk's q */
@@ -1675,18 +1754,30 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
             cp_commit();
         }
         if (!CTPO || P.keep_hd) store_tile16<64, BV>((bf16_t *)P.D + ch * P.sD + v0, P.VP, U, LDS);
-        if (CTPO) { /* + P Delta, then o's rows t < ct */
-            warp_mma<NO, false>(O, Pb(b), LDT, U, LDS, 64, mo, no);
-            store_o_frag(P, O, ck, h, v0, mo, no);
-        }
-        frag_scale(S, gL);
-        warp_mma_mt<TL::MT2, TL::NT2, true>(S, hd.Kwd(b), LDK, U, LDS, 64, tl.m2, tl.n2);
+        if constexpr (MS::ON) {
+            ms.back(SO, RowMajor{hd.Kwd(b), LDK}, RowMajor{Pb(b), LDT}, RowMajor{U, LDS}, gL);
 #pragma unroll
-        for (int mt = 0; mt < TL::MT2; mt++)
-            frag_store_bf16(S[mt], Sop, LDS, tl.m2 + 16 * mt, tl.n2); /* Sop's readers are past the barrier above */
+            for (int j = 0; j < MS::MQ; j++) store_o_frag(P, SO[MS::MS + j], ck, h, v0, ms.mq + 16 * j, ms.n);
+#pragma unroll
+            for (int mt = 0; mt < MS::MS; mt++)
+                frag_store_bf16(SO[mt], Sop, LDS, ms.m2 + 16 * mt, ms.n); /* Sop's readers are past the barrier above */
+        } else {
+            if (CTPO) { /* + P Delta, then o's rows t < ct */
+                warp_mma<NO, false>(O, Pb(b), LDT, U, LDS, 64, mo, no);
+                store_o_frag(P, O, ck, h, v0, mo, no);
+            }
+            frag_scale(S, gL);
+            warp_mma_mt<TL::MT2, TL::NT2, true>(S, hd.Kwd(b), LDK, U, LDS, 64, tl.m2, tl.n2);
+#pragma unroll
+            for (int mt = 0; mt < TL::MT2; mt++)
+                frag_store_bf16(S[mt], Sop, LDS, tl.m2 + 16 * mt, tl.n2); /* Sop's readers are past the barrier above */
+        }
     }
     cp_wait<0>();
-    state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
+    if constexpr (MS::ON)
+        state_frags_out(ms.state(SO), P.ht, P, st0, v0, ms.m2, ms.n);
+    else
+        state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
 }
 
 /* The output where the state pass does not make it (K 256; V tiles of 32): o = (scale e^G q) h +
@@ -1775,12 +1866,14 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
     constexpr int NO = OT::NO;
     static_assert(CTPO == 0 || OT::USED == 8, "every warp takes a piece of the output");
     constexpr int QR = CTPO > 0 ? CTPO : 16;
+    using MS = MergedStep<KP, BV, CTPO>;
     extern __shared__ __align__(1024) char smem_raw[];
     char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H, tid = threadIdx.x;
     const OT ot;
     const int mo = ot.mo, no = ot.no;
     const TL tl;
+    const MS ms;
     auto part = [&](int b, size_t off) { return (bf16_t *)(smem + b * SM::STAGE + off); };
     auto Wb = [&](int b) { return Swz128<64>{part(b, 0)}; };
     auto Kb = [&](int b) { return Swz128<64>{part(b, SM::W)}; };
@@ -1794,7 +1887,11 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
     fence_mbar_init();
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float S[TL::MT2][TL::NT2][4];
-    state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return Sop.at(r, c); });
+    float SO[MS::MS + MS::MQ][4][4]; /* MERGED_STEP's state and o */
+    if constexpr (MS::ON)
+        state_frags_in(ms.state(SO), P.h0, P, st0, v0, ms.m2, ms.n, [&](int r, int c) { return Sop.at(r, c); });
+    else
+        state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return Sop.at(r, c); });
     const GdpSeqInfo si = P.seq[s];
     const int cbeg = si.c0, cend = P.seq[s + 1].c0;
     auto chunk_at = [&](int ci) { return seq_chunk(si, s, ci, P.Ct); };
@@ -1841,7 +1938,10 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
         }
         const Swz128<64> U = Ub(b);
         const float gL = gate_exp(Gb(b)[ck.ct - 1]);
-        {
+        const float *G = Gb(b);
+        auto qscale = [&](int t) { return t < ck.ct ? P.scale * gate_exp(G[t]) : 0.f; };
+        if constexpr (MS::ON) ms.front(SO, Wb(b), Qb(b), Sop, U, qscale);
+        else {
             float D[TL::MT1][TL::NT1][4];
 #pragma unroll
             for (int mt = 0; mt < TL::MT1; mt++) frag_zero(D[mt]);
@@ -1849,11 +1949,10 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
             frags_sub_from(U, D, tl.m1, tl.n1); /* Delta = U - W h, in place of U */
         }
         float O[1][NO][4];
-        if (CTPO) { /* q h, scaled by row: h (Sop) is overwritten only after the barrier below */
+        if (CTPO && !MS::ON) { /* q h, scaled by row: h (Sop) is overwritten only after the barrier below */
             frag_zero(O[0]);
             warp_mma_v<1, NO, false>(O, Qb(b), Sop, KP, mo, no);
-            const float *G = Gb(b);
-            frag_scale_rows(O[0], mo, [&](int t) { return t < ck.ct ? P.scale * gate_exp(G[t]) : 0.f; });
+            frag_scale_rows(O[0], mo, qscale);
         }
         if (store_hd) {
             fence_proxy_async();            /* Delta's writes before its store */
@@ -1865,18 +1964,30 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
             for (int x = 0; x < BV; x += 64) tma_store_2d(&M.D, v0 + x, (int)(ch * 64), U.p + x * 64);
             bulk_commit();
         }
-        if (CTPO) { /* + P Delta, then o's rows t < ct */
-            warp_mma_v<1, NO, false>(O, Pb(b), U, 64, mo, no);
-            store_o_frag(P, O[0], ck, h, v0, mo, no);
-        }
-        frag_scale(S, gL);
-        warp_mma_v<TL::MT2, TL::NT2, true>(S, Kb(b), U, 64, tl.m2, tl.n2);
+        if constexpr (MS::ON) {
+            ms.back(SO, Kb(b), Pb(b), U, gL);
 #pragma unroll
-        for (int mt = 0; mt < TL::MT2; mt++) /* Sop's readers are past the barrier above */
-            frag_store_pairs(S[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return Sop.at(r, c); });
+            for (int j = 0; j < MS::MQ; j++) store_o_frag(P, SO[MS::MS + j], ck, h, v0, ms.mq + 16 * j, ms.n);
+#pragma unroll
+            for (int mt = 0; mt < MS::MS; mt++) /* Sop's readers are past the barrier above */
+                frag_store_pairs(SO[mt], ms.m2 + 16 * mt, ms.n, [&](int r, int c) { return Sop.at(r, c); });
+        } else {
+            if (CTPO) { /* + P Delta, then o's rows t < ct */
+                warp_mma_v<1, NO, false>(O, Pb(b), U, 64, mo, no);
+                store_o_frag(P, O[0], ck, h, v0, mo, no);
+            }
+            frag_scale(S, gL);
+            warp_mma_v<TL::MT2, TL::NT2, true>(S, Kb(b), U, 64, tl.m2, tl.n2);
+#pragma unroll
+            for (int mt = 0; mt < TL::MT2; mt++) /* Sop's readers are past the barrier above */
+                frag_store_pairs(S[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return Sop.at(r, c); });
+        }
     }
     if (tid == 0) bulk_wait_all();
-    state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
+    if constexpr (MS::ON)
+        state_frags_out(ms.state(SO), P.ht, P, st0, v0, ms.m2, ms.n);
+    else
+        state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
 }
 
 /* At K 256 q has one buffer (QONE, as k_state_fast's): chunk ci's q is loaded once every warp is
@@ -3296,13 +3407,18 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                     if (ok) st8((bf16_t *)P.dk + (tokrow0 + (int64_t)t * P.H) * P.K + c0 + x, acc);
                 }
                 __syncthreads();
-                if (tid < rr) { /* dM[a, b] over the warps and the groups of slice b, in a fixed order */
-                    const int a = tid / n, bsl = tid - a * n;
-                    float sm = 0.f;
-                    for (int w = 0; w < NTHREADS / 32; w++)
-                        for (int gi = 0; gi < 8; gi++)
-                            if (slice_of(P, c0 + gi * 8) == bsl) sm += dMp[(w * GDP_SPLIT_FAST_N + a) * 8 + gi];
-                    dMs[tid] += sm;
+                /* dM[a, b] over the warps and the groups of slice b, in a fixed order: a warp an entry,
+                 * lane l the groups 2 (l & 3) and 2 (l & 3) + 1 of warp l >> 2's terms, then summed across
+                 * the lanes (one thread summing the 64 terms of an entry was a serial tail at every K tile
+                 * while the other warps waited at the next barrier) */
+                static_assert(NTHREADS / 32 * 8 == 64, "a warp's lanes hold the 8 warps' 8 groups, two a lane");
+                for (int o = warp; o < rr; o += NTHREADS / 32) {
+                    const int a = o / n, bsl = o - a * n, gi = 2 * (lane & 3);
+                    const float *terms = dMp + ((lane >> 2) * GDP_SPLIT_FAST_N + a) * 8;
+                    float sm = (slice_of(P, c0 + gi * 8) == bsl ? terms[gi] : 0.f) +
+                               (slice_of(P, c0 + gi * 8 + 8) == bsl ? terms[gi + 1] : 0.f);
+                    sm = warp_sum(sm);
+                    if (lane == 0) dMs[o] += sm;
                 }
             } else {
 #pragma unroll
