@@ -1170,6 +1170,32 @@ template <int NT>
 __device__ __forceinline__ void frag_store_bf16(const float (&acc)[NT][4], bf16_t *s, int lds, int m0, int n0) {
     frag_store_pairs(acc, m0, n0, [&](int r, int c) { return s + (r * lds + c); });
 }
+__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(const uint32_t *)&v;
+}
+/* frag_store_pairs into shared memory by stmatrix, a 16 x 16 piece an instruction where the pairs
+ * took eight stores (at(r, c) for c a multiple of 8 must start 16 aligned bytes holding columns
+ * c .. c + 7 of row r, which every tile view here gives) */
+template <int NT, class At>
+__device__ __forceinline__ void frag_stsm_pairs(const float (&acc)[NT][4], int m0, int n0, At at) {
+    if constexpr (NT % 2) {
+        frag_store_pairs(acc, m0, n0, at);
+    } else {
+        const int lane = threadIdx.x & 31, j = lane >> 3;
+        const int r = m0 + (j & 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++)
+            stsm_x4(at(r, n0 + (2 * np + (j >> 1)) * 8), bf16x2_bits(acc[2 * np][0], acc[2 * np][1]),
+                    bf16x2_bits(acc[2 * np][2], acc[2 * np][3]), bf16x2_bits(acc[2 * np + 1][0], acc[2 * np + 1][1]),
+                    bf16x2_bits(acc[2 * np + 1][2], acc[2 * np + 1][3]));
+    }
+}
+/* frag_store_bf16 into a shared tile */
+template <int NT>
+__device__ __forceinline__ void frag_stsm_bf16(const float (&acc)[NT][4], bf16_t *s, int lds, int m0, int n0) {
+    frag_stsm_pairs(acc, m0, n0, [&](int r, int c) { return s + (r * lds + c); });
+}
 /* a K x V fp32 state (h0, dht; NULL: zeros) into the fragment; and the fragment back out (ht, dh0) */
 template <int NT>
 __device__ __forceinline__ void frag_load_state(float (&acc)[NT][4], const float *src, const Params &P, int64_t st0,
@@ -1341,7 +1367,7 @@ __device__ __forceinline__ void store_tile16(bf16_t *g, int64_t ldg, const bf16_
 __device__ __forceinline__ int swz128(int r, int c) { return r * 128 + (((c >> 3) ^ (r & 7)) << 3) + (c & 7); }
 template <int NT>
 __device__ __forceinline__ void frag_stage_bf16(const float (&acc)[NT][4], bf16_t *s, int m0, int n0) {
-    frag_store_pairs(acc, m0, n0, [&](int r, int c) { return s + swz128(r, c); });
+    frag_stsm_pairs(acc, m0, n0, [&](int r, int c) { return s + swz128(r, c); });
 }
 /* columns c0 .. c0 + COLS - 1 (COLS + c0 <= 128) of the staged 64-row tile to global rows (stride
  * ldg), 16 bytes a move */
@@ -1560,15 +1586,16 @@ template <int CTP, int BV> struct OutTiles {
     }
 };
 
-/* The state pass with the output at V tile 128 and 32 or 64 chunk tokens (MERGED_STEP): the products
- * that share an operand run as one, so a warp loads that operand's fragments once: [W; q] h (h from
- * Sop) before the step's barrier, [Kwd^T; P] Delta after it. Warp w takes the 32 columns at n = 32
- * (w >> 1) of every product, and row group w & 1 of each: W rows m1 = 32 (w & 1) (two row tiles), q
- * rows mq = 16 MQ (w & 1), state rows m2 = KP / 2 (w & 1) (KP / 32 row tiles). SO holds the state's
- * MS row tiles, then o's MQ. Same products, in the same order, as the separate ones: the same bits.
- * (Separately, h's fragments were loaded for W h and again for q h, Delta's for Kwd^T Delta and
- * again for P Delta: a quarter of the step's ldmatrix traffic, and the step is bound by shared
- * memory: 69% of its cycles are shared wavefronts at H 16, n_h 2, session 27's profile.) */
+/* k_state_fast's step with the output at V tile 128 and 32 or 64 chunk tokens: the products that
+ * share an operand run as one, so a warp loads that operand's fragments once: [W; q] h (h from Sop)
+ * before the step's barrier, [Kwd^T; P] Delta after it. Warp w takes the 32 columns at n = 32 (w >> 1)
+ * of every product, and row group w & 1 of each: W rows m1 = 32 (w & 1) (two row tiles), q rows
+ * mq = 16 MQ (w & 1), state rows m2 = KP / 2 (w & 1) (KP / 32 row tiles). SO holds the state's MS row
+ * tiles, then o's MQ. The same products in the same order as the separate ones, so the same bits.
+ * Separately, h's fragments were loaded for W h and again for q h, and Delta's for Kwd^T Delta and
+ * again for P Delta, and the step was bound by shared memory. Merged, the pass has 21% fewer shared
+ * wavefronts; at H 16 it is 10-16% faster (n_h 2: 0.251 -> 0.222 ms; session 28, call 2). The saving
+ * pass (k_state_tma) keeps the separate products: merged, it was 0-4% slower. */
 template <int KP, int BV, int CTPO> struct MergedStep {
     static constexpr bool ON = BV == 128 && (CTPO == 32 || CTPO == 64) && KP <= 128;
     static constexpr int MQ = CTPO / 32 > 0 ? CTPO / 32 : 1, MS = KP / 32;
@@ -1760,7 +1787,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
             for (int j = 0; j < MS::MQ; j++) store_o_frag(P, SO[MS::MS + j], ck, h, v0, ms.mq + 16 * j, ms.n);
 #pragma unroll
             for (int mt = 0; mt < MS::MS; mt++)
-                frag_store_bf16(SO[mt], Sop, LDS, ms.m2 + 16 * mt, ms.n); /* Sop's readers are past the barrier above */
+                frag_stsm_bf16(SO[mt], Sop, LDS, ms.m2 + 16 * mt, ms.n); /* Sop's readers are past the barrier above */
         } else {
             if (CTPO) { /* + P Delta, then o's rows t < ct */
                 warp_mma<NO, false>(O, Pb(b), LDT, U, LDS, 64, mo, no);
@@ -1770,7 +1797,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
             warp_mma_mt<TL::MT2, TL::NT2, true>(S, hd.Kwd(b), LDK, U, LDS, 64, tl.m2, tl.n2);
 #pragma unroll
             for (int mt = 0; mt < TL::MT2; mt++)
-                frag_store_bf16(S[mt], Sop, LDS, tl.m2 + 16 * mt, tl.n2); /* Sop's readers are past the barrier above */
+                frag_stsm_bf16(S[mt], Sop, LDS, tl.m2 + 16 * mt, tl.n2); /* Sop's readers are past the barrier above */
         }
     }
     cp_wait<0>();
@@ -1866,14 +1893,12 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
     constexpr int NO = OT::NO;
     static_assert(CTPO == 0 || OT::USED == 8, "every warp takes a piece of the output");
     constexpr int QR = CTPO > 0 ? CTPO : 16;
-    using MS = MergedStep<KP, BV, CTPO>;
     extern __shared__ __align__(1024) char smem_raw[];
     char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H, tid = threadIdx.x;
     const OT ot;
     const int mo = ot.mo, no = ot.no;
     const TL tl;
-    const MS ms;
     auto part = [&](int b, size_t off) { return (bf16_t *)(smem + b * SM::STAGE + off); };
     auto Wb = [&](int b) { return Swz128<64>{part(b, 0)}; };
     auto Kb = [&](int b) { return Swz128<64>{part(b, SM::W)}; };
@@ -1887,11 +1912,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
     fence_mbar_init();
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float S[TL::MT2][TL::NT2][4];
-    float SO[MS::MS + MS::MQ][4][4]; /* MERGED_STEP's state and o */
-    if constexpr (MS::ON)
-        state_frags_in(ms.state(SO), P.h0, P, st0, v0, ms.m2, ms.n, [&](int r, int c) { return Sop.at(r, c); });
-    else
-        state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return Sop.at(r, c); });
+    state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return Sop.at(r, c); });
     const GdpSeqInfo si = P.seq[s];
     const int cbeg = si.c0, cend = P.seq[s + 1].c0;
     auto chunk_at = [&](int ci) { return seq_chunk(si, s, ci, P.Ct); };
@@ -1938,10 +1959,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
         }
         const Swz128<64> U = Ub(b);
         const float gL = gate_exp(Gb(b)[ck.ct - 1]);
-        const float *G = Gb(b);
-        auto qscale = [&](int t) { return t < ck.ct ? P.scale * gate_exp(G[t]) : 0.f; };
-        if constexpr (MS::ON) ms.front(SO, Wb(b), Qb(b), Sop, U, qscale);
-        else {
+        {
             float D[TL::MT1][TL::NT1][4];
 #pragma unroll
             for (int mt = 0; mt < TL::MT1; mt++) frag_zero(D[mt]);
@@ -1949,10 +1967,11 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
             frags_sub_from(U, D, tl.m1, tl.n1); /* Delta = U - W h, in place of U */
         }
         float O[1][NO][4];
-        if (CTPO && !MS::ON) { /* q h, scaled by row: h (Sop) is overwritten only after the barrier below */
+        if (CTPO) { /* q h, scaled by row: h (Sop) is overwritten only after the barrier below */
             frag_zero(O[0]);
             warp_mma_v<1, NO, false>(O, Qb(b), Sop, KP, mo, no);
-            frag_scale_rows(O[0], mo, qscale);
+            const float *G = Gb(b);
+            frag_scale_rows(O[0], mo, [&](int t) { return t < ck.ct ? P.scale * gate_exp(G[t]) : 0.f; });
         }
         if (store_hd) {
             fence_proxy_async();            /* Delta's writes before its store */
@@ -1964,30 +1983,18 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
             for (int x = 0; x < BV; x += 64) tma_store_2d(&M.D, v0 + x, (int)(ch * 64), U.p + x * 64);
             bulk_commit();
         }
-        if constexpr (MS::ON) {
-            ms.back(SO, Kb(b), Pb(b), U, gL);
-#pragma unroll
-            for (int j = 0; j < MS::MQ; j++) store_o_frag(P, SO[MS::MS + j], ck, h, v0, ms.mq + 16 * j, ms.n);
-#pragma unroll
-            for (int mt = 0; mt < MS::MS; mt++) /* Sop's readers are past the barrier above */
-                frag_store_pairs(SO[mt], ms.m2 + 16 * mt, ms.n, [&](int r, int c) { return Sop.at(r, c); });
-        } else {
-            if (CTPO) { /* + P Delta, then o's rows t < ct */
-                warp_mma_v<1, NO, false>(O, Pb(b), U, 64, mo, no);
-                store_o_frag(P, O[0], ck, h, v0, mo, no);
-            }
-            frag_scale(S, gL);
-            warp_mma_v<TL::MT2, TL::NT2, true>(S, Kb(b), U, 64, tl.m2, tl.n2);
-#pragma unroll
-            for (int mt = 0; mt < TL::MT2; mt++) /* Sop's readers are past the barrier above */
-                frag_store_pairs(S[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return Sop.at(r, c); });
+        if (CTPO) { /* + P Delta, then o's rows t < ct */
+            warp_mma_v<1, NO, false>(O, Pb(b), U, 64, mo, no);
+            store_o_frag(P, O[0], ck, h, v0, mo, no);
         }
+        frag_scale(S, gL);
+        warp_mma_v<TL::MT2, TL::NT2, true>(S, Kb(b), U, 64, tl.m2, tl.n2);
+#pragma unroll
+        for (int mt = 0; mt < TL::MT2; mt++) /* Sop's readers are past the barrier above */
+            frag_stsm_pairs(S[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return Sop.at(r, c); });
     }
     if (tid == 0) bulk_wait_all();
-    if constexpr (MS::ON)
-        state_frags_out(ms.state(SO), P.ht, P, st0, v0, ms.m2, ms.n);
-    else
-        state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
+    state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
 }
 
 /* At K 256 q has one buffer (QONE, as k_state_fast's): chunk ci's q is loaded once every warp is
@@ -2072,7 +2079,7 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
 #pragma unroll
         for (int mt = 0; mt < TL::MT1; mt++) {
             frag_each(acc[mt], tl.m1 + 16 * mt, tl.n1, [](int, int, float &v) { v = -v; });
-            frag_store_bf16(acc[mt], nD, LDS, tl.m1 + 16 * mt, tl.n1);
+            frag_stsm_bf16(acc[mt], nD, LDS, tl.m1 + 16 * mt, tl.n1);
         }
         if (SM::QONE) cp_wait<1>(); /* q's group, older than the next stage's */
         __syncthreads();
@@ -2086,7 +2093,7 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
         warp_mma_mt<TL::MT2, TL::NT2, true>(dS, hd.W(b), LDK, nD, LDS, 64, tl.m2, tl.n2);
 #pragma unroll
         for (int mt = 0; mt < TL::MT2; mt++) /* dSop's readers (dh store, Kwd dS) are past the barrier above */
-            frag_store_bf16(dS[mt], dSop, LDS, tl.m2 + 16 * mt, tl.n2);
+            frag_stsm_bf16(dS[mt], dSop, LDS, tl.m2 + 16 * mt, tl.n2);
     }
     state_frags_out(dS, P.dh0, P, st0, v0, tl.m2, tl.n2);
 }
@@ -2191,7 +2198,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_dh_tma(Params P, const __grid_c
         warp_mma_v<TL::MT1, TL::NT1, false>(acc, Kb(b), dSop, KP, tl.m1, tl.n1);
 #pragma unroll
         for (int mt = 0; mt < TL::MT1; mt++)
-            frag_store_pairs(acc[mt], tl.m1 + 16 * mt, tl.n1, [&](int r, int c) { return nD.at(r, c); });
+            frag_stsm_pairs(acc[mt], tl.m1 + 16 * mt, tl.n1, [&](int r, int c) { return nD.at(r, c); });
         fence_proxy_async();            /* nD's writes before its store */
         if (tid == 0) bulk_wait_read(); /* dh's store has read dSop, which changes after the barrier */
         __syncthreads();
@@ -2205,7 +2212,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_dh_tma(Params P, const __grid_c
         warp_mma_v<TL::MT2, TL::NT2, true, false, true>(dS, Wb(b), nD, 64, tl.m2, tl.n2);
 #pragma unroll
         for (int mt = 0; mt < TL::MT2; mt++) /* dSop's readers (dh store, Kwd dS) are past the barrier above */
-            frag_store_pairs(dS[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return dSop.at(r, c); });
+            frag_stsm_pairs(dS[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return dSop.at(r, c); });
     }
     if (tid == 0) bulk_wait_all();
     state_frags_out(dS, P.dh0, P, st0, v0, tl.m2, tl.n2);
@@ -2445,7 +2452,7 @@ template <int NTQ>
 __device__ __forceinline__ void store_ds_tile(const Params &P, float (&aP)[NTQ][4], const float *Gs, int ct, int lc,
                                               bf16_t *dSs, int mq, int nq) {
     frag_causal_decay(P, aP, Gs, mq, nq, ct, lc);
-    frag_store_bf16(aP, dSs, LDT, mq, nq);
+    frag_stsm_bf16(aP, dSs, LDT, mq, nq);
 }
 
 /* Warp 0: the gate parts of K tile kt's rows into dGa, from the per-warp <h, dh> sums (red), the
@@ -2543,7 +2550,7 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
     frag_each(aK, m1, n1, [&](int r, int, float &v) { v = r < lc ? rowf[r] * v : 0.f; });
     frag_rowdot(aK, Kws, LDT, m1, n1, pst, 2);
     frag_each(aW, m1, n1, [&](int, int, float &v) { v = -v; });
-    frag_store_bf16(aW, dWs, LDT, m1, n1);
+    frag_stsm_bf16(aW, dWs, LDT, m1, n1);
     if (qtile) frag_each(aQ, mq, nq, [&](int r, int, float &v) { v = r < ct ? qf[r] * v : 0.f; });
     hdh = warp_sum(hdh);
     if (lane == 0) red[warp] = hdh;
@@ -2552,11 +2559,11 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
     if (qtile) { /* dQ = scale gamma dO h^T + dS Kw */
         warp_mma<NTQ, false, false>(aQ, dSs, LDT, Kws, LDT, GDP_TILE, mq, nq);
         frag_rowdot(aQ, Qs, LDT, mq, nq, pq, QCT);
-        frag_store_bf16(aQ, dQs, LDT, mq, nq);
+        frag_stsm_bf16(aQ, dQs, LDT, mq, nq);
     }
     warp_mma<4, true, false>(aK, dSs, LDT, Qs, LDT, CTP, m1, n1); /* dK_w += dS^T q */
     frag_rowdot(aK, Kws, LDT, m1, n1, pga, 2);
-    frag_store_bf16(aK, dKs, LDT, m1, n1);
+    frag_stsm_bf16(aK, dKs, LDT, m1, n1);
     __syncthreads();
     for_pieces16<CTP, 64>([&](int t, int x) {
         if (t < ct)
@@ -3293,7 +3300,7 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                 frag_each(X, m1, n1, [&](int r, int x, float v) { Fv[r * LDF + x] = v; });
             } else {
                 frag_each(X, m1, n1, [&](int r, int, float &v) { v *= br[r]; });
-                frag_store_bf16(X, Ost, LDT, m1, n1);
+                frag_stsm_bf16(X, Ost, LDT, m1, n1);
             }
             const bool last = st == nkt + nvt - 1;
             if (last) { /* dT, masked to the earlier rows: (dW R^T) diag(beta gamma) + (dDelta v^T) diag(beta) */
@@ -3304,7 +3311,7 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                         const int i = m1 + g + (e >> 1) * 8, j = n1 + nt * 8 + 2 * tq + (e & 1);
                         aT1[nt][e] = i < lc && j < lc && earlier(P, i, j) ? (aT1[nt][e] * gam[j] + aT2[nt][e]) * br[j] : 0.f;
                     }
-                frag_store_bf16(aT1, dTop, LDT, m1, n1);
+                frag_stsm_bf16(aT1, dTop, LDT, m1, n1);
             }
             __syncthreads();
             if (SPLIT) { /* dv_t = sum_a beta_(t,a) dX_v(t,a) */
@@ -3328,16 +3335,16 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                 float Y[4][4];
                 frag_zero(Y);
                 warp_mma<4, false, true>(Y, dTop, LDT, Top, LDT, 64, m1, n1);
-                frag_store_bf16(Y, Yop, LDT, m1, n1);
+                frag_stsm_bf16(Y, Yop, LDT, m1, n1);
                 __syncthreads();
                 frag_zero(Y);
                 warp_mma<4, true, false>(Y, Top, LDT, Yop, LDT, 64, m1, n1);
                 frag_each(Y, m1, n1, [&](int i, int j, float &v) {
                     v = i < lc && j < lc && earlier(P, i, j) ? -v * gate_exp(Gs[tokof(P, i)] - Gs[tokof(P, j)]) : 0.f;
                 });
-                frag_store_bf16(Y, Dop, LDT, m1, n1);
+                frag_stsm_bf16(Y, Dop, LDT, m1, n1);
                 frag_each(Y, m1, n1, [&](int i, int, float &v) { v *= br[i]; });
-                frag_store_bf16(Y, Dp, LDT, m1, n1);
+                frag_stsm_bf16(Y, Dp, LDT, m1, n1);
             }
         } else {
             const int c0 = (st - nkt - nvt) * GDP_TILE;
@@ -3430,7 +3437,7 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                         E[nt][2 * hh] = br[r] * E[nt][2 * hh] + (cw.x + Q[nt][2 * hh]);
                         E[nt][2 * hh + 1] = br[r] * E[nt][2 * hh + 1] + (cw.y + Q[nt][2 * hh + 1]);
                     }
-                frag_store_bf16(E, Ost, LDT, m1, n1);
+                frag_stsm_bf16(E, Ost, LDT, m1, n1);
                 __syncthreads();
                 for_pieces16<64, 64>([&](int i, int x) {
                     if (i < lc) *(uint4 *)((bf16_t *)P.dk + row0 * P.K + i * kstride + c0 + x) = *(const uint4 *)(Ost + i * LDT + x);
