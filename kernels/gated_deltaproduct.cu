@@ -1787,7 +1787,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
             for (int j = 0; j < MS::MQ; j++) store_o_frag(P, SO[MS::MS + j], ck, h, v0, ms.mq + 16 * j, ms.n);
 #pragma unroll
             for (int mt = 0; mt < MS::MS; mt++)
-                frag_stsm_bf16(SO[mt], Sop, LDS, ms.m2 + 16 * mt, ms.n); /* Sop's readers are past the barrier above */
+                frag_store_bf16(SO[mt], Sop, LDS, ms.m2 + 16 * mt, ms.n); /* Sop's readers are past the barrier above */
         } else {
             if (CTPO) { /* + P Delta, then o's rows t < ct */
                 warp_mma<NO, false>(O, Pb(b), LDT, U, LDS, 64, mo, no);
@@ -1797,7 +1797,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
             warp_mma_mt<TL::MT2, TL::NT2, true>(S, hd.Kwd(b), LDK, U, LDS, 64, tl.m2, tl.n2);
 #pragma unroll
             for (int mt = 0; mt < TL::MT2; mt++)
-                frag_stsm_bf16(S[mt], Sop, LDS, tl.m2 + 16 * mt, tl.n2); /* Sop's readers are past the barrier above */
+                frag_store_bf16(S[mt], Sop, LDS, tl.m2 + 16 * mt, tl.n2); /* Sop's readers are past the barrier above */
         }
     }
     cp_wait<0>();
