@@ -1176,7 +1176,9 @@ __device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
 }
 /* frag_store_pairs into shared memory by stmatrix, a 16 x 16 piece an instruction where the pairs
  * took eight stores (at(r, c) for c a multiple of 8 must start 16 aligned bytes holding columns
- * c .. c + 7 of row r, which every tile view here gives) */
+ * c .. c + 7 of row r, which every tile view here gives). H200, H 16 (session 28, calls 3 and 4):
+ * prep -2 to -3% (its W and U staging), bwd_a_kres -1 to -2%, the others within noise, and
+ * k_state_fast's merged step 3-5% slower, so its state copy keeps the fragment stores. */
 template <int NT, class At>
 __device__ __forceinline__ void frag_stsm_pairs(const float (&acc)[NT][4], int m0, int n0, At at) {
     if constexpr (NT % 2) {
@@ -1785,9 +1787,10 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
             ms.back(SO, RowMajor{hd.Kwd(b), LDK}, RowMajor{Pb(b), LDT}, RowMajor{U, LDS}, gL);
 #pragma unroll
             for (int j = 0; j < MS::MQ; j++) store_o_frag(P, SO[MS::MS + j], ck, h, v0, ms.mq + 16 * j, ms.n);
+            /* Sop's readers are past the barrier above. Fragment stores: by stmatrix (frag_stsm_bf16)
+             * this pass was 3-5% slower (session 28, call 4). */
 #pragma unroll
-            for (int mt = 0; mt < MS::MS; mt++)
-                frag_store_bf16(SO[mt], Sop, LDS, ms.m2 + 16 * mt, ms.n); /* Sop's readers are past the barrier above */
+            for (int mt = 0; mt < MS::MS; mt++) frag_store_bf16(SO[mt], Sop, LDS, ms.m2 + 16 * mt, ms.n);
         } else {
             if (CTPO) { /* + P Delta, then o's rows t < ct */
                 warp_mma<NO, false>(O, Pb(b), LDT, U, LDS, 64, mo, no);
