@@ -1170,6 +1170,34 @@ template <int NT>
 __device__ __forceinline__ void frag_store_bf16(const float (&acc)[NT][4], bf16_t *s, int lds, int m0, int n0) {
     frag_store_pairs(acc, m0, n0, [&](int r, int c) { return s + (r * lds + c); });
 }
+__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(const uint32_t *)&v;
+}
+/* frag_store_pairs into shared memory by stmatrix, a 16 x 16 piece an instruction where the pairs
+ * took eight stores (at(r, c) for c a multiple of 8 must start 16 aligned bytes holding columns
+ * c .. c + 7 of row r, which every tile view here gives). H200, H 16 (session 28, calls 3 and 4):
+ * prep -2 to -3% (its W and U staging), bwd_a_kres -1 to -2%, the others within noise, and
+ * k_state_fast's merged step 3-5% slower, so its state copy keeps the fragment stores. */
+template <int NT, class At>
+__device__ __forceinline__ void frag_stsm_pairs(const float (&acc)[NT][4], int m0, int n0, At at) {
+    if constexpr (NT % 2) {
+        frag_store_pairs(acc, m0, n0, at);
+    } else {
+        const int lane = threadIdx.x & 31, j = lane >> 3;
+        const int r = m0 + (j & 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++)
+            stsm_x4(at(r, n0 + (2 * np + (j >> 1)) * 8), bf16x2_bits(acc[2 * np][0], acc[2 * np][1]),
+                    bf16x2_bits(acc[2 * np][2], acc[2 * np][3]), bf16x2_bits(acc[2 * np + 1][0], acc[2 * np + 1][1]),
+                    bf16x2_bits(acc[2 * np + 1][2], acc[2 * np + 1][3]));
+    }
+}
+/* frag_store_bf16 into a shared tile */
+template <int NT>
+__device__ __forceinline__ void frag_stsm_bf16(const float (&acc)[NT][4], bf16_t *s, int lds, int m0, int n0) {
+    frag_stsm_pairs(acc, m0, n0, [&](int r, int c) { return s + (r * lds + c); });
+}
 /* a K x V fp32 state (h0, dht; NULL: zeros) into the fragment; and the fragment back out (ht, dh0) */
 template <int NT>
 __device__ __forceinline__ void frag_load_state(float (&acc)[NT][4], const float *src, const Params &P, int64_t st0,
@@ -1259,24 +1287,19 @@ __device__ __forceinline__ void state_frags_out(float (&S)[MT][NT][4], float *ds
     for (int mt = 0; mt < MT; mt++) frag_store_state(S[mt], dst, P, st0, v0, m0 + 16 * mt, n0);
 }
 
-/* acc[MT][NT][4] += A (16 MT rows at m0, KD deep) x B (KD x 8*NT at n0). A: row-major [m][k] (AT
- * false) or stored transposed as [k][m] (AT true); B: stored [k][n] (BT false) or [n][k] (BT true).
- * Each B fragment serves the MT row tiles. NB: B negated (its sign bits flipped as loaded). */
-template <int MT, int NT, bool AT, bool BT = false, bool NB = false, class VA, class VB>
-__device__ __forceinline__ void warp_mma_v(float (&acc)[MT][NT][4], VA A, VB B, int kd, int m0, int n0) {
+/* acc[MT][NT][4] += A (MT row tiles of 16, KD deep) x B (KD x 8*NT at n0), where load_a(mt, k0, a)
+ * puts row tile mt's 16 x 16 A fragment at depth k0 into a (so the row tiles may come from different
+ * tiles, or some transposed). B: stored [k][n] (BT false) or [n][k] (BT true). Each B fragment serves
+ * the MT row tiles. NB: B negated (its sign bits flipped as loaded). */
+template <int MT, int NT, bool BT = false, bool NB = false, class LoadA, class VB>
+__device__ __forceinline__ void warp_mma_rows(float (&acc)[MT][NT][4], LoadA load_a, VB B, int kd, int n0) {
     static_assert(NT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
     const int lane = threadIdx.x & 31, mi = lane >> 3, lr = lane & 7;
 #pragma unroll 4
     for (int k0 = 0; k0 < kd; k0 += 16) {
         uint32_t a[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            const int m = m0 + 16 * mt;
-            if (AT)
-                ldsm_x4_t(a[mt][0], a[mt][1], a[mt][2], a[mt][3], A.at(k0 + (mi >> 1) * 8 + lr, m + (mi & 1) * 8));
-            else
-                ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], A.at(m + lr + (mi & 1) * 8, k0 + (mi >> 1) * 8));
-        }
+        for (int mt = 0; mt < MT; mt++) load_a(mt, k0, a[mt]);
 #pragma unroll
         for (int np = 0; np < NT / 2; np++) {
             uint32_t b[4];
@@ -1294,6 +1317,21 @@ __device__ __forceinline__ void warp_mma_v(float (&acc)[MT][NT][4], VA A, VB B, 
             }
         }
     }
+}
+/* row tile m (16 rows) of A at depth k0 as an mma A fragment: A row-major [m][k] (AT false) or stored
+ * transposed as [k][m] (AT true) */
+template <bool AT, class VA> __device__ __forceinline__ void ldsm_a(uint32_t (&a)[4], VA A, int m, int k0) {
+    const int lane = threadIdx.x & 31, mi = lane >> 3, lr = lane & 7;
+    if (AT)
+        ldsm_x4_t(a[0], a[1], a[2], a[3], A.at(k0 + (mi >> 1) * 8 + lr, m + (mi & 1) * 8));
+    else
+        ldsm_x4(a[0], a[1], a[2], a[3], A.at(m + lr + (mi & 1) * 8, k0 + (mi >> 1) * 8));
+}
+/* the same with the MT row tiles of one tile A, 16 MT rows at m0 */
+template <int MT, int NT, bool AT, bool BT = false, bool NB = false, class VA, class VB>
+__device__ __forceinline__ void warp_mma_v(float (&acc)[MT][NT][4], VA A, VB B, int kd, int m0, int n0) {
+    warp_mma_rows<MT, NT, BT, NB>(
+        acc, [&](int mt, int k0, uint32_t (&a)[4]) { ldsm_a<AT>(a, A, m0 + 16 * mt, k0); }, B, kd, n0);
 }
 /* the same on row-major tiles */
 template <int MT, int NT, bool AT, bool BT = false>
@@ -1331,7 +1369,7 @@ __device__ __forceinline__ void store_tile16(bf16_t *g, int64_t ldg, const bf16_
 __device__ __forceinline__ int swz128(int r, int c) { return r * 128 + (((c >> 3) ^ (r & 7)) << 3) + (c & 7); }
 template <int NT>
 __device__ __forceinline__ void frag_stage_bf16(const float (&acc)[NT][4], bf16_t *s, int m0, int n0) {
-    frag_store_pairs(acc, m0, n0, [&](int r, int c) { return s + swz128(r, c); });
+    frag_stsm_pairs(acc, m0, n0, [&](int r, int c) { return s + swz128(r, c); });
 }
 /* columns c0 .. c0 + COLS - 1 (COLS + c0 <= 128) of the staged 64-row tile to global rows (stride
  * ldg), 16 bytes a move */
@@ -1550,6 +1588,68 @@ template <int CTP, int BV> struct OutTiles {
     }
 };
 
+/* k_state_fast's step with the output at V tile 128 and 32 or 64 chunk tokens: the products that
+ * share an operand run as one, so a warp loads that operand's fragments once: [W; q] h (h from Sop)
+ * before the step's barrier, [Kwd^T; P] Delta after it. Warp w takes the 32 columns at n = 32 (w >> 1)
+ * of every product, and row group w & 1 of each: W rows m1 = 32 (w & 1) (two row tiles), q rows
+ * mq = 16 MQ (w & 1), state rows m2 = KP / 2 (w & 1) (KP / 32 row tiles). SO holds the state's MS row
+ * tiles, then o's MQ. The same products in the same order as the separate ones, so the same bits.
+ * Separately, h's fragments were loaded for W h and again for q h, and Delta's for Kwd^T Delta and
+ * again for P Delta, and the step was bound by shared memory. Merged, the pass has 21% fewer shared
+ * wavefronts; at H 16 it is 10-16% faster (n_h 2: 0.251 -> 0.222 ms; session 28, call 2). The saving
+ * pass (k_state_tma) keeps the separate products: merged, it was 0-4% slower. */
+template <int KP, int BV, int CTPO> struct MergedStep {
+    static constexpr bool ON = BV == 128 && (CTPO == 32 || CTPO == 64) && KP <= 128;
+    static constexpr int MQ = CTPO / 32 > 0 ? CTPO / 32 : 1, MS = KP / 32;
+    int m1, mq, m2, n;
+    __device__ __forceinline__ MergedStep() {
+        const int warp = threadIdx.x >> 5, rg = warp & 1;
+        m1 = 32 * rg, mq = 16 * MQ * rg, m2 = KP / 2 * rg, n = 32 * (warp >> 1);
+    }
+    /* Delta = U - W h in place of U, and o's part (q h) scaled by row (qscale(t)) into SO's tail */
+    template <class VW, class VQ, class VS, class VU, class QScale>
+    __device__ __forceinline__ void front(float (&SO)[MS + MQ][4][4], VW W, VQ Q, VS Sop, VU U, QScale qscale) const {
+        float X[2 + MQ][4][4];
+#pragma unroll
+        for (int mt = 0; mt < 2 + MQ; mt++) frag_zero(X[mt]);
+        warp_mma_rows<2 + MQ, 4>(
+            X,
+            [&](int mt, int k0, uint32_t(&a)[4]) {
+                if (mt < 2)
+                    ldsm_a<false>(a, W, m1 + 16 * mt, k0);
+                else
+                    ldsm_a<false>(a, Q, mq + 16 * (mt - 2), k0);
+            },
+            Sop, KP, n);
+        frags_sub_from(U, reinterpret_cast<float(&)[2][4][4]>(X), m1, n);
+#pragma unroll
+        for (int j = 0; j < MQ; j++) {
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) SO[MS + j][nt][e] = X[2 + j][nt][e];
+            frag_scale_rows(SO[MS + j], mq + 16 * j, qscale);
+        }
+    }
+    /* h = gL h + Kwd^T Delta and o += P Delta (Delta in U) */
+    template <class VK, class VP, class VU>
+    __device__ __forceinline__ void back(float (&SO)[MS + MQ][4][4], VK Kwd, VP Pt, VU U, float gL) const {
+        frag_scale(reinterpret_cast<float(&)[MS][4][4]>(SO), gL);
+        warp_mma_rows<MS + MQ, 4>(
+            SO,
+            [&](int mt, int k0, uint32_t(&a)[4]) {
+                if (mt < MS)
+                    ldsm_a<true>(a, Kwd, m2 + 16 * mt, k0);
+                else
+                    ldsm_a<false>(a, Pt, mq + 16 * (mt - MS), k0);
+            },
+            U, 64, n);
+    }
+    __device__ __forceinline__ float (&state(float (&SO)[MS + MQ][4][4]) const)[MS][4][4] {
+        return reinterpret_cast<float(&)[MS][4][4]>(SO);
+    }
+};
+
 /* o's rows t < ct of a warp's NO n8 tiles at (mo, no) of a chunk's output tile (V columns from v0) */
 template <int NO>
 __device__ __forceinline__ void store_o_frag(const Params &P, const float (&O)[NO][4], const GdpChunkInfo &ck, int h, int v0,
@@ -1606,11 +1706,13 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
     using OT = OutTiles<CTPO, BV>;
     constexpr int NO = OT::NO;
     static_assert(CTPO == 0 || OT::USED == 8, "every warp takes a piece of the output");
+    using MS = MergedStep<KP, BV, CTPO>;
     extern __shared__ __align__(16) char smem[];
     const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H;
     const OT ot;
     const int mo = ot.mo, no = ot.no;
     const TL tl;
+    const MS ms;
     bf16_t *Sop = (bf16_t *)(smem + NS * SM::STAGE), *Qone = Sop + KP * LDS;
     const SeqStageHead<KP, SM::STAGE> hd{smem};
     auto Ub = [&](int b) { return hd.after(b); };
@@ -1621,7 +1723,11 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
     };
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float S[TL::MT2][TL::NT2][4];
-    state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return Sop + r * LDS + c; });
+    float SO[MS::MS + MS::MQ][4][4]; /* MERGED_STEP's state and o */
+    if constexpr (MS::ON)
+        state_frags_in(ms.state(SO), P.h0, P, st0, v0, ms.m2, ms.n, [&](int r, int c) { return Sop + r * LDS + c; });
+    else
+        state_frags_in(S, P.h0, P, st0, v0, tl.m2, tl.n2, [&](int r, int c) { return Sop + r * LDS + c; });
     const GdpSeqInfo si = P.seq[s];
     const int cbeg = si.c0, cend = P.seq[s + 1].c0;
     auto chunk_at = [&](int ci) { return seq_chunk(si, s, ci, P.Ct); };
@@ -1655,7 +1761,10 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
         bf16_t *U = Ub(b);
         const float gL = gate_exp(hd.G(b)[ck.ct - 1]);
         if (!CTPO || P.keep_hd) store_tile16<KP, BV>((bf16_t *)P.h + ch * P.sH + v0, P.VP, Sop, LDS);
-        {
+        const float *G = hd.G(b);
+        auto qscale = [&](int t) { return t < ck.ct ? P.scale * gate_exp(G[t]) : 0.f; };
+        if constexpr (MS::ON) ms.front(SO, RowMajor{hd.W(b), LDK}, RowMajor{Qb(b), LDK}, RowMajor{Sop, LDS}, RowMajor{U, LDS}, qscale);
+        else {
             float D[TL::MT1][TL::NT1][4];
 #pragma unroll
             for (int mt = 0; mt < TL::MT1; mt++) frag_zero(D[mt]);
@@ -1663,11 +1772,10 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
             frags_sub_from(RowMajor{U, LDS}, D, tl.m1, tl.n1); /* Delta = U - W h, in place of U */
         }
         float O[NO][4];
-        if (CTPO) { /* q h, scaled by row: h (Sop) is overwritten only after the barrier below */
+        if (CTPO && !MS::ON) { /* q h, scaled by row: h (Sop) is overwritten only after the barrier below */
             frag_zero(O);
             warp_mma<NO, false>(O, Qb(b), LDK, Sop, LDS, KP, mo, no);
-            const float *G = hd.G(b);
-            frag_scale_rows(O, mo, [&](int t) { return t < ck.ct ? P.scale * gate_exp(G[t]) : 0.f; });
+            frag_scale_rows(O, mo, qscale);
         }
         __syncthreads();
         if (SM::QONE && ci + 1 < cend) { /* every warp is past q h: the next chunk's q */
@@ -1675,18 +1783,31 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
             cp_commit();
         }
         if (!CTPO || P.keep_hd) store_tile16<64, BV>((bf16_t *)P.D + ch * P.sD + v0, P.VP, U, LDS);
-        if (CTPO) { /* + P Delta, then o's rows t < ct */
-            warp_mma<NO, false>(O, Pb(b), LDT, U, LDS, 64, mo, no);
-            store_o_frag(P, O, ck, h, v0, mo, no);
-        }
-        frag_scale(S, gL);
-        warp_mma_mt<TL::MT2, TL::NT2, true>(S, hd.Kwd(b), LDK, U, LDS, 64, tl.m2, tl.n2);
+        if constexpr (MS::ON) {
+            ms.back(SO, RowMajor{hd.Kwd(b), LDK}, RowMajor{Pb(b), LDT}, RowMajor{U, LDS}, gL);
 #pragma unroll
-        for (int mt = 0; mt < TL::MT2; mt++)
-            frag_store_bf16(S[mt], Sop, LDS, tl.m2 + 16 * mt, tl.n2); /* Sop's readers are past the barrier above */
+            for (int j = 0; j < MS::MQ; j++) store_o_frag(P, SO[MS::MS + j], ck, h, v0, ms.mq + 16 * j, ms.n);
+            /* Sop's readers are past the barrier above. Fragment stores: by stmatrix (frag_stsm_bf16)
+             * this pass was 3-5% slower (session 28, call 4). */
+#pragma unroll
+            for (int mt = 0; mt < MS::MS; mt++) frag_store_bf16(SO[mt], Sop, LDS, ms.m2 + 16 * mt, ms.n);
+        } else {
+            if (CTPO) { /* + P Delta, then o's rows t < ct */
+                warp_mma<NO, false>(O, Pb(b), LDT, U, LDS, 64, mo, no);
+                store_o_frag(P, O, ck, h, v0, mo, no);
+            }
+            frag_scale(S, gL);
+            warp_mma_mt<TL::MT2, TL::NT2, true>(S, hd.Kwd(b), LDK, U, LDS, 64, tl.m2, tl.n2);
+#pragma unroll
+            for (int mt = 0; mt < TL::MT2; mt++)
+                frag_store_bf16(S[mt], Sop, LDS, tl.m2 + 16 * mt, tl.n2); /* Sop's readers are past the barrier above */
+        }
     }
     cp_wait<0>();
-    state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
+    if constexpr (MS::ON)
+        state_frags_out(ms.state(SO), P.ht, P, st0, v0, ms.m2, ms.n);
+    else
+        state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
 }
 
 /* The output where the state pass does not make it (K 256; V tiles of 32): o = (scale e^G q) h +
@@ -1873,7 +1994,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
         warp_mma_v<TL::MT2, TL::NT2, true>(S, Kb(b), U, 64, tl.m2, tl.n2);
 #pragma unroll
         for (int mt = 0; mt < TL::MT2; mt++) /* Sop's readers are past the barrier above */
-            frag_store_pairs(S[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return Sop.at(r, c); });
+            frag_stsm_pairs(S[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return Sop.at(r, c); });
     }
     if (tid == 0) bulk_wait_all();
     state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
@@ -1961,7 +2082,7 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
 #pragma unroll
         for (int mt = 0; mt < TL::MT1; mt++) {
             frag_each(acc[mt], tl.m1 + 16 * mt, tl.n1, [](int, int, float &v) { v = -v; });
-            frag_store_bf16(acc[mt], nD, LDS, tl.m1 + 16 * mt, tl.n1);
+            frag_stsm_bf16(acc[mt], nD, LDS, tl.m1 + 16 * mt, tl.n1);
         }
         if (SM::QONE) cp_wait<1>(); /* q's group, older than the next stage's */
         __syncthreads();
@@ -1975,7 +2096,7 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
         warp_mma_mt<TL::MT2, TL::NT2, true>(dS, hd.W(b), LDK, nD, LDS, 64, tl.m2, tl.n2);
 #pragma unroll
         for (int mt = 0; mt < TL::MT2; mt++) /* dSop's readers (dh store, Kwd dS) are past the barrier above */
-            frag_store_bf16(dS[mt], dSop, LDS, tl.m2 + 16 * mt, tl.n2);
+            frag_stsm_bf16(dS[mt], dSop, LDS, tl.m2 + 16 * mt, tl.n2);
     }
     state_frags_out(dS, P.dh0, P, st0, v0, tl.m2, tl.n2);
 }
@@ -2080,7 +2201,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_dh_tma(Params P, const __grid_c
         warp_mma_v<TL::MT1, TL::NT1, false>(acc, Kb(b), dSop, KP, tl.m1, tl.n1);
 #pragma unroll
         for (int mt = 0; mt < TL::MT1; mt++)
-            frag_store_pairs(acc[mt], tl.m1 + 16 * mt, tl.n1, [&](int r, int c) { return nD.at(r, c); });
+            frag_stsm_pairs(acc[mt], tl.m1 + 16 * mt, tl.n1, [&](int r, int c) { return nD.at(r, c); });
         fence_proxy_async();            /* nD's writes before its store */
         if (tid == 0) bulk_wait_read(); /* dh's store has read dSop, which changes after the barrier */
         __syncthreads();
@@ -2094,7 +2215,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_dh_tma(Params P, const __grid_c
         warp_mma_v<TL::MT2, TL::NT2, true, false, true>(dS, Wb(b), nD, 64, tl.m2, tl.n2);
 #pragma unroll
         for (int mt = 0; mt < TL::MT2; mt++) /* dSop's readers (dh store, Kwd dS) are past the barrier above */
-            frag_store_pairs(dS[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return dSop.at(r, c); });
+            frag_stsm_pairs(dS[mt], tl.m2 + 16 * mt, tl.n2, [&](int r, int c) { return dSop.at(r, c); });
     }
     if (tid == 0) bulk_wait_all();
     state_frags_out(dS, P.dh0, P, st0, v0, tl.m2, tl.n2);
@@ -2334,7 +2455,7 @@ template <int NTQ>
 __device__ __forceinline__ void store_ds_tile(const Params &P, float (&aP)[NTQ][4], const float *Gs, int ct, int lc,
                                               bf16_t *dSs, int mq, int nq) {
     frag_causal_decay(P, aP, Gs, mq, nq, ct, lc);
-    frag_store_bf16(aP, dSs, LDT, mq, nq);
+    frag_stsm_bf16(aP, dSs, LDT, mq, nq);
 }
 
 /* Warp 0: the gate parts of K tile kt's rows into dGa, from the per-warp <h, dh> sums (red), the
@@ -2432,7 +2553,7 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
     frag_each(aK, m1, n1, [&](int r, int, float &v) { v = r < lc ? rowf[r] * v : 0.f; });
     frag_rowdot(aK, Kws, LDT, m1, n1, pst, 2);
     frag_each(aW, m1, n1, [&](int, int, float &v) { v = -v; });
-    frag_store_bf16(aW, dWs, LDT, m1, n1);
+    frag_stsm_bf16(aW, dWs, LDT, m1, n1);
     if (qtile) frag_each(aQ, mq, nq, [&](int r, int, float &v) { v = r < ct ? qf[r] * v : 0.f; });
     hdh = warp_sum(hdh);
     if (lane == 0) red[warp] = hdh;
@@ -2441,11 +2562,11 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
     if (qtile) { /* dQ = scale gamma dO h^T + dS Kw */
         warp_mma<NTQ, false, false>(aQ, dSs, LDT, Kws, LDT, GDP_TILE, mq, nq);
         frag_rowdot(aQ, Qs, LDT, mq, nq, pq, QCT);
-        frag_store_bf16(aQ, dQs, LDT, mq, nq);
+        frag_stsm_bf16(aQ, dQs, LDT, mq, nq);
     }
     warp_mma<4, true, false>(aK, dSs, LDT, Qs, LDT, CTP, m1, n1); /* dK_w += dS^T q */
     frag_rowdot(aK, Kws, LDT, m1, n1, pga, 2);
-    frag_store_bf16(aK, dKs, LDT, m1, n1);
+    frag_stsm_bf16(aK, dKs, LDT, m1, n1);
     __syncthreads();
     for_pieces16<CTP, 64>([&](int t, int x) {
         if (t < ct)
@@ -3182,7 +3303,7 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                 frag_each(X, m1, n1, [&](int r, int x, float v) { Fv[r * LDF + x] = v; });
             } else {
                 frag_each(X, m1, n1, [&](int r, int, float &v) { v *= br[r]; });
-                frag_store_bf16(X, Ost, LDT, m1, n1);
+                frag_stsm_bf16(X, Ost, LDT, m1, n1);
             }
             const bool last = st == nkt + nvt - 1;
             if (last) { /* dT, masked to the earlier rows: (dW R^T) diag(beta gamma) + (dDelta v^T) diag(beta) */
@@ -3193,7 +3314,7 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                         const int i = m1 + g + (e >> 1) * 8, j = n1 + nt * 8 + 2 * tq + (e & 1);
                         aT1[nt][e] = i < lc && j < lc && earlier(P, i, j) ? (aT1[nt][e] * gam[j] + aT2[nt][e]) * br[j] : 0.f;
                     }
-                frag_store_bf16(aT1, dTop, LDT, m1, n1);
+                frag_stsm_bf16(aT1, dTop, LDT, m1, n1);
             }
             __syncthreads();
             if (SPLIT) { /* dv_t = sum_a beta_(t,a) dX_v(t,a) */
@@ -3217,16 +3338,16 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                 float Y[4][4];
                 frag_zero(Y);
                 warp_mma<4, false, true>(Y, dTop, LDT, Top, LDT, 64, m1, n1);
-                frag_store_bf16(Y, Yop, LDT, m1, n1);
+                frag_stsm_bf16(Y, Yop, LDT, m1, n1);
                 __syncthreads();
                 frag_zero(Y);
                 warp_mma<4, true, false>(Y, Top, LDT, Yop, LDT, 64, m1, n1);
                 frag_each(Y, m1, n1, [&](int i, int j, float &v) {
                     v = i < lc && j < lc && earlier(P, i, j) ? -v * gate_exp(Gs[tokof(P, i)] - Gs[tokof(P, j)]) : 0.f;
                 });
-                frag_store_bf16(Y, Dop, LDT, m1, n1);
+                frag_stsm_bf16(Y, Dop, LDT, m1, n1);
                 frag_each(Y, m1, n1, [&](int i, int, float &v) { v *= br[i]; });
-                frag_store_bf16(Y, Dp, LDT, m1, n1);
+                frag_stsm_bf16(Y, Dp, LDT, m1, n1);
             }
         } else {
             const int c0 = (st - nkt - nvt) * GDP_TILE;
@@ -3296,13 +3417,18 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                     if (ok) st8((bf16_t *)P.dk + (tokrow0 + (int64_t)t * P.H) * P.K + c0 + x, acc);
                 }
                 __syncthreads();
-                if (tid < rr) { /* dM[a, b] over the warps and the groups of slice b, in a fixed order */
-                    const int a = tid / n, bsl = tid - a * n;
-                    float sm = 0.f;
-                    for (int w = 0; w < NTHREADS / 32; w++)
-                        for (int gi = 0; gi < 8; gi++)
-                            if (slice_of(P, c0 + gi * 8) == bsl) sm += dMp[(w * GDP_SPLIT_FAST_N + a) * 8 + gi];
-                    dMs[tid] += sm;
+                /* dM[a, b] over the warps and the groups of slice b, in a fixed order: a warp an entry,
+                 * lane l the groups 2 (l & 3) and 2 (l & 3) + 1 of warp l >> 2's terms, then summed across
+                 * the lanes (one thread summing the 64 terms of an entry was a serial tail at every K tile
+                 * while the other warps waited at the next barrier) */
+                static_assert(NTHREADS / 32 * 8 == 64, "a warp's lanes hold the 8 warps' 8 groups, two a lane");
+                for (int o = warp; o < rr; o += NTHREADS / 32) {
+                    const int a = o / n, bsl = o - a * n, gi = 2 * (lane & 3);
+                    const float *terms = dMp + ((lane >> 2) * GDP_SPLIT_FAST_N + a) * 8;
+                    float sm = (slice_of(P, c0 + gi * 8) == bsl ? terms[gi] : 0.f) +
+                               (slice_of(P, c0 + gi * 8 + 8) == bsl ? terms[gi + 1] : 0.f);
+                    sm = warp_sum(sm);
+                    if (lane == 0) dMs[o] += sm;
                 }
             } else {
 #pragma unroll
@@ -3314,7 +3440,7 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                         E[nt][2 * hh] = br[r] * E[nt][2 * hh] + (cw.x + Q[nt][2 * hh]);
                         E[nt][2 * hh + 1] = br[r] * E[nt][2 * hh + 1] + (cw.y + Q[nt][2 * hh + 1]);
                     }
-                frag_store_bf16(E, Ost, LDT, m1, n1);
+                frag_stsm_bf16(E, Ost, LDT, m1, n1);
                 __syncthreads();
                 for_pieces16<64, 64>([&](int i, int x) {
                     if (i < lc) *(uint4 *)((bf16_t *)P.dk + row0 * P.K + i * kstride + c0 + x) = *(const uint4 *)(Ost + i * LDT + x);
