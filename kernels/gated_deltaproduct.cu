@@ -1723,7 +1723,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
     };
     const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
     float S[TL::MT2][TL::NT2][4];
-    float SO[MS::MS + MS::MQ][4][4]; /* MERGED_STEP's state and o */
+    float SO[MS::MS + MS::MQ][4][4]; /* MergedStep's state and o */
     if constexpr (MS::ON)
         state_frags_in(ms.state(SO), P.h0, P, st0, v0, ms.m2, ms.n, [&](int r, int c) { return Sop + r * LDS + c; });
     else
