@@ -1176,9 +1176,9 @@ __device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
 }
 /* frag_store_pairs into shared memory by stmatrix, a 16 x 16 piece an instruction where the pairs
  * took eight stores (at(r, c) for c a multiple of 8 must start 16 aligned bytes holding columns
- * c .. c + 7 of row r, which every tile view here gives). H200, H 16 (session 28, calls 3 and 4):
- * prep -2 to -3% (its W and U staging), bwd_a_kres -1 to -2%, the others within noise, and
- * k_state_fast's merged step 3-5% slower, so its state copy keeps the fragment stores. */
+ * c .. c + 7 of row r, which every tile view here gives). H200, H 16 (session 28, call 4): prep
+ * -2% (its W and U staging), the others within noise, and k_state_fast's merged step 3-5% slower,
+ * so its state copy keeps the fragment stores. */
 template <int NT, class At>
 __device__ __forceinline__ void frag_stsm_pairs(const float (&acc)[NT][4], int m0, int n0, At at) {
     if constexpr (NT % 2) {
