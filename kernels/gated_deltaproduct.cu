@@ -3425,13 +3425,26 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                 __syncthreads();
                 Rt = dTop;
             }
-            float E[4][4], Q[4][4];
+            float EQ[2][4][4];
+            float(&E)[4][4] = EQ[0], (&Q)[4][4] = EQ[1];
             frag_zero(E);
             frag_zero(Q);
             warp_mma<4, true, false>(E, Top, LDT, A, LDT, 64, m1, n1); /* dX_r = T^T dW */
             frag_each(E, m1, n1, [&](int r, int, float &v) { v *= gam[r]; });
-            warp_mma<4, false, false>(E, Dop, LDT, Bt, LDT, 64, m1, n1); /* E = gamma dX_r + D Kw */
-            warp_mma<4, true, false>(Q, Dp, LDT, Rt, LDT, 64, m1, n1);  /* Dp^T R */
+            if (!SPLIT) { /* E = gamma dX_r + D Kw and Dp^T R with R = K_w: one product, K_w's fragments loaded once */
+                warp_mma_rows<2, 4>(
+                    EQ,
+                    [&](int mt, int k0, uint32_t(&a)[4]) {
+                        if (mt == 0)
+                            ldsm_a<false>(a, RowMajor{Dop, LDT}, m1, k0);
+                        else
+                            ldsm_a<true>(a, RowMajor{Dp, LDT}, m1, k0);
+                    },
+                    RowMajor{Bt, LDT}, 64, n1);
+            } else {
+                warp_mma<4, false, false>(E, Dop, LDT, Bt, LDT, 64, m1, n1); /* E = gamma dX_r + D Kw */
+                warp_mma<4, true, false>(Q, Dp, LDT, Rt, LDT, 64, m1, n1);  /* Dp^T R */
+            }
             float e0 = 0.f, e1 = 0.f, y0 = 0.f, y1 = 0.f;
             frag_rowdot_acc(E, Rt, LDT, m1, n1, e0, e1);
             frag_rowdot_acc(Q, Bt, LDT, m1, n1, y0, y1);
