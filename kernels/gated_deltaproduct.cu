@@ -1287,6 +1287,15 @@ __device__ __forceinline__ void state_frags_out(float (&S)[MT][NT][4], float *ds
     for (int mt = 0; mt < MT; mt++) frag_store_state(S[mt], dst, P, st0, v0, m0 + 16 * mt, n0);
 }
 
+/* columns n .. n + 15 of B at depth k0 as the mma B fragments of two n8 tiles (b[0], b[1]: columns
+ * n .. n + 7; b[2], b[3]: n + 8 .. n + 15): B stored [k][n] (BT false) or [n][k] (BT true) */
+template <bool BT, class VB> __device__ __forceinline__ void ldsm_b(uint32_t (&b)[4], VB B, int n, int k0) {
+    const int lane = threadIdx.x & 31, mi = lane >> 3, lr = lane & 7;
+    if (BT)
+        ldsm_x4(b[0], b[1], b[2], b[3], B.at(n + (mi >> 1) * 8 + lr, k0 + (mi & 1) * 8));
+    else
+        ldsm_x4_t(b[0], b[1], b[2], b[3], B.at(k0 + (mi & 1) * 8 + lr, n + (mi >> 1) * 8));
+}
 /* acc[MT][NT][4] += A (MT row tiles of 16, KD deep) x B (KD x 8*NT at n0), where load_a(mt, k0, a)
  * puts row tile mt's 16 x 16 A fragment at depth k0 into a (so the row tiles may come from different
  * tiles, or some transposed). B: stored [k][n] (BT false) or [n][k] (BT true). Each B fragment serves
@@ -1294,7 +1303,6 @@ __device__ __forceinline__ void state_frags_out(float (&S)[MT][NT][4], float *ds
 template <int MT, int NT, bool BT = false, bool NB = false, class LoadA, class VB>
 __device__ __forceinline__ void warp_mma_rows(float (&acc)[MT][NT][4], LoadA load_a, VB B, int kd, int n0) {
     static_assert(NT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
-    const int lane = threadIdx.x & 31, mi = lane >> 3, lr = lane & 7;
 #pragma unroll 4
     for (int k0 = 0; k0 < kd; k0 += 16) {
         uint32_t a[MT][4];
@@ -1303,10 +1311,7 @@ __device__ __forceinline__ void warp_mma_rows(float (&acc)[MT][NT][4], LoadA loa
 #pragma unroll
         for (int np = 0; np < NT / 2; np++) {
             uint32_t b[4];
-            if (BT)
-                ldsm_x4(b[0], b[1], b[2], b[3], B.at(n0 + np * 16 + (mi >> 1) * 8 + lr, k0 + (mi & 1) * 8));
-            else
-                ldsm_x4_t(b[0], b[1], b[2], b[3], B.at(k0 + (mi & 1) * 8 + lr, n0 + np * 16 + (mi >> 1) * 8));
+            ldsm_b<BT>(b, B, n0 + np * 16, k0);
             if (NB)
 #pragma unroll
                 for (int i = 0; i < 4; i++) b[i] ^= 0x80008000u;
@@ -2449,6 +2454,61 @@ __device__ __forceinline__ void bwd_a_vtile(float &hdh, float (&aQ)[NTQ][4], flo
     if (with_p) warp_mma<NTQ, false, true>(aP, dO, ldv, D, ldv, GDP_TILE, mq, nq);
 }
 
+/* bwd_a_vtile for k_bwd_a_kres at 32 chunk tokens in one pass over the V tile's four 16-deep steps,
+ * each fragment loaded once: the warp's q tile columns (nq) lie inside its dW / dK_w columns (n1, see
+ * k_bwd_a_kres's ONCE), so dO h^T takes h's fragments from dD h^T's; dO D^T shares dO's fragments with
+ * dO h^T; and <h, dh> is summed from the h and dh fragments of dD h^T and D dh^T (warp w at the
+ * 16-deep step w >> 1 of its 32 columns, so each element once) instead of reading both tiles again.
+ * The products' sums are bwd_a_vtile's, in its order (the same bits); <h, dh> is summed in another
+ * order. (bwd_a_kres was bound by shared memory as the state pass was: ~76% of its cycles were
+ * shared wavefronts at H 16, n_h 2, session 27's profile; this loads 24 fewer fragments a warp and
+ * drops the two 64 x 64 tile reads of <h, dh>, ~16% of its wavefronts.) */
+__device__ __forceinline__ void bwd_a_vtile_once(float &hdh, float (&aQ)[2][4], float (&aK)[4][4], float (&aW)[4][4],
+                                                 float (&aP)[2][4], const bf16_t *dO, const bf16_t *D, const bf16_t *dD,
+                                                 int ldv, const bf16_t *Hs, const bf16_t *dHs, bool with_p, int mq, int nq,
+                                                 int m1, int n1) {
+    const RowMajor vO{(bf16_t *)dO, ldv}, vD{(bf16_t *)D, ldv}, vdD{(bf16_t *)dD, ldv}, vH{(bf16_t *)Hs, LDT},
+        vdH{(bf16_t *)dHs, LDT};
+    const bool q_hi = nq != n1; /* q's columns are the upper 16 of n1's 32 */
+    const int k_dot = 16 * ((threadIdx.x >> 5) >> 1);
+#pragma unroll
+    for (int k0 = 0; k0 < GDP_TILE; k0 += 16) {
+        uint32_t aO[4], aD[4], adD[4], bh[2][4], bdh[2][4];
+        ldsm_a<false>(aO, vO, mq, k0);
+        ldsm_a<false>(aD, vD, m1, k0);
+        ldsm_a<false>(adD, vdD, m1, k0);
+#pragma unroll
+        for (int np = 0; np < 2; np++) {
+            ldsm_b<true>(bh[np], vH, n1 + 16 * np, k0);
+            ldsm_b<true>(bdh[np], vdH, n1 + 16 * np, k0);
+            mma_bf16(aK[2 * np], aD[0], aD[1], aD[2], aD[3], bdh[np][0], bdh[np][1]);
+            mma_bf16(aK[2 * np + 1], aD[0], aD[1], aD[2], aD[3], bdh[np][2], bdh[np][3]);
+            mma_bf16(aW[2 * np], adD[0], adD[1], adD[2], adD[3], bh[np][0], bh[np][1]);
+            mma_bf16(aW[2 * np + 1], adD[0], adD[1], adD[2], adD[3], bh[np][2], bh[np][3]);
+        }
+        uint32_t bq[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) bq[i] = q_hi ? bh[1][i] : bh[0][i];
+        mma_bf16(aQ[0], aO[0], aO[1], aO[2], aO[3], bq[0], bq[1]);
+        mma_bf16(aQ[1], aO[0], aO[1], aO[2], aO[3], bq[2], bq[3]);
+        if (with_p) {
+            uint32_t bd[4];
+            ldsm_b<true>(bd, vD, nq, k0);
+            mma_bf16(aP[0], aO[0], aO[1], aO[2], aO[3], bd[0], bd[1]);
+            mma_bf16(aP[1], aO[0], aO[1], aO[2], aO[3], bd[2], bd[3]);
+        }
+        if (k0 == k_dot)
+#pragma unroll
+            for (int np = 0; np < 2; np++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float2 h2 = __bfloat1622float2(*(const __nv_bfloat162 *)&bh[np][i]);
+                    const float2 d2 = __bfloat1622float2(*(const __nv_bfloat162 *)&bdh[np][i]);
+                    hdh += h2.x * d2.x + h2.y * d2.y;
+                }
+    }
+}
+
 /* The warp's tile of dS = causal mask o scale e^{G_t - G_s} o (dO D^T) (rows t tokens, columns s
  * chunk rows), from its dO D^T fragment, into dSs (bf16, LDT) */
 template <int NTQ>
@@ -2631,7 +2691,11 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_kres(P
     issue(0, 0);
     const int m1 = (warp >> 1) * 16, n1 = (warp & 1) * 32;
     const bool qtile = !QSPLIT || warp < 4, ptile = !QSPLIT || warp >= 4;
-    const int qi = QSPLIT ? (warp & 3) : warp, mq = (qi / QCT) * 16, nq = (qi % QCT) * QW;
+    /* ONCE (32 chunk tokens, bwd_a_vtile_once): warp w's q tile columns inside its n1's, the upper
+     * or lower 16 by bit 1 of w; the eight (mq, nq) tiles once each all the same */
+    constexpr bool ONCE = CTP == 32 && QW == 16 && !QSPLIT;
+    const int qi = QSPLIT ? (warp & 3) : warp;
+    const int mq = ONCE ? 16 * (warp >> 2) : (qi / QCT) * 16, nq = ONCE ? n1 + 16 * ((warp >> 1) & 1) : (qi % QCT) * QW;
     float aP[NTQ][4];
     frag_zero(aP);
     /* K tile kt (unrolled: the first K tile's extra work is resolved at compile time); its V tiles
@@ -2653,8 +2717,12 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_kres(P
                 qf[tid] = tid < ct ? P.scale * expf(Gs[tid]) : 0.f;
             }
             const bf16_t *Hs = stg + b * SM::STAGE;
-            bwd_a_vtile(hdh, aQ, aK, aW, aP, dOr + v0, Dr + v0, dDr + v0, LDV, Hs, Hs + 64 * LDT, qtile, kt == 0 && ptile, mq,
-                        nq, m1, n1);
+            if constexpr (ONCE)
+                bwd_a_vtile_once(hdh, aQ, aK, aW, aP, dOr + v0, Dr + v0, dDr + v0, LDV, Hs, Hs + 64 * LDT, kt == 0, mq, nq, m1,
+                                 n1);
+            else
+                bwd_a_vtile(hdh, aQ, aK, aW, aP, dOr + v0, Dr + v0, dDr + v0, LDV, Hs, Hs + 64 * LDT, qtile, kt == 0 && ptile, mq,
+                            nq, m1, n1);
             __syncthreads();
         }
         /* the epilogue of K tile kt */
@@ -3357,13 +3425,26 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                 __syncthreads();
                 Rt = dTop;
             }
-            float E[4][4], Q[4][4];
+            float EQ[2][4][4];
+            float(&E)[4][4] = EQ[0], (&Q)[4][4] = EQ[1];
             frag_zero(E);
             frag_zero(Q);
             warp_mma<4, true, false>(E, Top, LDT, A, LDT, 64, m1, n1); /* dX_r = T^T dW */
             frag_each(E, m1, n1, [&](int r, int, float &v) { v *= gam[r]; });
-            warp_mma<4, false, false>(E, Dop, LDT, Bt, LDT, 64, m1, n1); /* E = gamma dX_r + D Kw */
-            warp_mma<4, true, false>(Q, Dp, LDT, Rt, LDT, 64, m1, n1);  /* Dp^T R */
+            if (!SPLIT) { /* E = gamma dX_r + D Kw and Dp^T R with R = K_w: one product, K_w's fragments loaded once */
+                warp_mma_rows<2, 4>(
+                    EQ,
+                    [&](int mt, int k0, uint32_t(&a)[4]) {
+                        if (mt == 0)
+                            ldsm_a<false>(a, RowMajor{Dop, LDT}, m1, k0);
+                        else
+                            ldsm_a<true>(a, RowMajor{Dp, LDT}, m1, k0);
+                    },
+                    RowMajor{Bt, LDT}, 64, n1);
+            } else {
+                warp_mma<4, false, false>(E, Dop, LDT, Bt, LDT, 64, m1, n1); /* E = gamma dX_r + D Kw */
+                warp_mma<4, true, false>(Q, Dp, LDT, Rt, LDT, 64, m1, n1);  /* Dp^T R */
+            }
             float e0 = 0.f, e1 = 0.f, y0 = 0.f, y1 = 0.f;
             frag_rowdot_acc(E, Rt, LDT, m1, n1, e0, e1);
             frag_rowdot_acc(Q, Bt, LDT, m1, n1, y0, y1);
