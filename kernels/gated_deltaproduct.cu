@@ -109,6 +109,12 @@ __device__ __forceinline__ float gate_exp(float x) {
 }
 
 
+/* o's row scale for token t of a chunk of ct tokens (G its gates): scale e^{G_t} (q's part of o is
+ * scale e^{G_t} q_t h), 0 past the chunk's tokens */
+__device__ __forceinline__ float o_row_scale(const Params &P, const float *G, int ct, int t) {
+    return t < ct ? P.scale * gate_exp(G[t]) : 0.f;
+}
+
 /* ---------------------------------------------------------------- row access */
 /* Chunk ci of sequence s (table entry si). k_chunks fills the chunk table with it; the sequential
  * passes call it instead of reading the table, a dependent global load in every step (state pass,
@@ -1027,7 +1033,7 @@ template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_dh(Params P
         const float *Gs = b ? S.Gst[1] : S.Gst[0];
         __syncthreads();
         const float gL = gate_exp(Gs[ct - 1]);
-        for (int t = threadIdx.x; t < 64; t += blockDim.x) S.qf[t] = t < ct ? P.scale * gate_exp(Gs[t]) : 0.f;
+        for (int t = threadIdx.x; t < 64; t += blockDim.x) S.qf[t] = o_row_scale(P, Gs, ct, t);
         st_tile((IT *)P.dh + ch * P.sH + v0, P.VP, S.dSop, lds, KP, w);
         IT *Qs = b ? S.Qs[1] : S.Qs[0], *Wb = b ? S.Ws[1] : S.Ws[0], *Kb = b ? S.Kd[1] : S.Kd[0];
         IT *Pb = b ? S.Ps[1] : S.Ps[0], *dOb = b ? S.dOs[1] : S.dOs[0];
@@ -1767,7 +1773,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
         const float gL = gate_exp(hd.G(b)[ck.ct - 1]);
         if (!CTPO || P.keep_hd) store_tile16<KP, BV>((bf16_t *)P.h + ch * P.sH + v0, P.VP, Sop, LDS);
         const float *G = hd.G(b);
-        auto qscale = [&](int t) { return t < ck.ct ? P.scale * gate_exp(G[t]) : 0.f; };
+        auto qscale = [&](int t) { return o_row_scale(P, G, ck.ct, t); };
         if constexpr (MS::ON) ms.front(SO, RowMajor{hd.W(b), LDK}, RowMajor{Qb(b), LDK}, RowMajor{Sop, LDS}, RowMajor{U, LDS}, qscale);
         else {
             float D[TL::MT1][TL::NT1][4];
@@ -1867,7 +1873,7 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS) k_output_
             float O[NO][4];
             frag_zero(O);
             warp_mma<NO, false>(O, Q, LDK, Hb(vt & 1), LDS, KP, mo, no);
-            frag_scale_rows(O, mo, [&](int t) { return t < ck.ct ? P.scale * gate_exp(G[t]) : 0.f; });
+            frag_scale_rows(O, mo, [&](int t) { return o_row_scale(P, G, ck.ct, t); });
             warp_mma<NO, false>(O, Ps, LDT, Db(vt & 1), LDS, 64, mo, no);
             store_o_frag(P, O, ck, h, vt * BV, mo, no);
         }
@@ -1979,7 +1985,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
             frag_zero(O[0]);
             warp_mma_v<1, NO, false>(O, Qb(b), Sop, KP, mo, no);
             const float *G = Gb(b);
-            frag_scale_rows(O[0], mo, [&](int t) { return t < ck.ct ? P.scale * gate_exp(G[t]) : 0.f; });
+            frag_scale_rows(O[0], mo, [&](int t) { return o_row_scale(P, G, ck.ct, t); });
         }
         if (store_hd) {
             fence_proxy_async();            /* Delta's writes before its store */
