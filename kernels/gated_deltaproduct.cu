@@ -3287,8 +3287,20 @@ struct BwdBFastSmem {
 static_assert(64 * LDF * 4 <= 2 * BwdBFastSmem::TILE * 2, "dX_v (fp32) fits over Y and D");
 static_assert(64 * 36 * 4 <= BwdBFastSmem::TILE * 2, "half of E (fp32) fits in one tile");
 
-template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(Params P) {
+/* k_bwd_b_fast's kinds: Householder mode; split mode summing a token's rows (dv, dk, dM) through fp32
+ * tiles in shared memory (any n); split mode with n = 2 or 4 (BWDB_SPLIT_LANES + n) summing them
+ * across the lanes that hold them: the n rows of a token lie in one 8-row half of a 16-row fragment,
+ * in the lanes whose bits 2 .. 1 + log2 n differ. n is a template argument there: session 27's form
+ * with a runtime log2 n (loops in every element, versioned by the compiler) doubled the kernel's
+ * code and was 16% slower than the tiles. */
+enum { BWDB_HOUSEHOLDER = 0, BWDB_SPLIT_TILES = 1, BWDB_SPLIT_LANES = 16 };
+static_assert(GDP_SPLIT_FAST_N <= 8, "split dM per (warp, a, b) fits where it is per (warp, a, 8-column group)");
+
+template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(Params P) {
     using SM = BwdBFastSmem;
+    constexpr bool SPLIT = KIND != BWDB_HOUSEHOLDER, LANES = KIND > BWDB_SPLIT_LANES;
+    constexpr int NL = LANES ? KIND - BWDB_SPLIT_LANES : 1, LN = NL == 4 ? 2 : NL == 2 ? 1 : 0; /* lanes: n, log2 n */
+    static_assert(!LANES || NL == 2 || NL == 4, "the lanes kinds are n 2 and 4");
     constexpr int LDH = 36; /* 32-column fp32 halves of E (split mode) */
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
@@ -3348,8 +3360,28 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
     cp_tile16<64, 64>(Top, LDT, (const bf16_t *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK), GDP_CHUNK);
     issue(0, 0);
     load_gates<bf16_t>(P, c, Gs, br);
-    if (SPLIT && tid < rr) dMs[tid] = 0.f;
+    if (SPLIT && !LANES && tid < rr) dMs[tid] = 0.f;
+    if (LANES)
+        for (int i = tid; i < NTHREADS / 32 * GDP_SPLIT_FAST_N * 8; i += NTHREADS) dMp[i] = 0.f;
     const int m1 = (warp >> 1) * 16, n1 = (warp & 1) * 32; /* every product here is 64 x 64 */
+    const int ta = g & (NL - 1); /* lanes: the slice a of both of the thread's rows */
+    /* lanes: the fragment summed over each token's rows, into the lanes of slice 0, which write token
+     * row t of the staging tile (rows < 64 / n; copied out after the next barrier) */
+    auto token_rows_stage = [&](float(&F)[4][4]) {
+#pragma unroll
+        for (int o = 0; o < LN; o++)
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) F[nt][e] += __shfl_xor_sync(0xffffffffu, F[nt][e], 4 << o);
+        if (ta == 0)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+                    *(__nv_bfloat162 *)(Ost + ((m1 + g + hh * 8) >> LN) * LDT + n1 + nt * 8 + 2 * tq) =
+                        __floats2bfloat162_rn(F[nt][2 * hh], F[nt][2 * hh + 1]);
+    };
     float aT1[4][4], aT2[4][4];
     frag_zero(aT1);
     frag_zero(aT2);
@@ -3374,7 +3406,10 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
             frag_zero(X);
             warp_mma<4, true, false>(X, Top, LDT, A, LDT, 64, m1, n1); /* dX_v = T^T dDelta */
             frag_rowdot_acc(X, Bt, LDT, m1, n1, db0, db1);
-            if (SPLIT) {
+            if (LANES) { /* dv_t = sum_a beta_(t,a) dX_v(t,a) */
+                frag_each(X, m1, n1, [&](int r, int, float &v) { v *= br[r]; });
+                token_rows_stage(X);
+            } else if (SPLIT) {
                 frag_each(X, m1, n1, [&](int r, int x, float v) { Fv[r * LDF + x] = v; });
             } else {
                 frag_each(X, m1, n1, [&](int r, int, float &v) { v *= br[r]; });
@@ -3392,7 +3427,12 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                 frag_stsm_bf16(aT1, dTop, LDT, m1, n1);
             }
             __syncthreads();
-            if (SPLIT) { /* dv_t = sum_a beta_(t,a) dX_v(t,a) */
+            if (LANES) {
+                for_pieces16<64 / NL, 64>([&](int t, int x) {
+                    if (t < ct)
+                        *(uint4 *)((bf16_t *)P.dv + (tokrow0 + (int64_t)t * P.H) * P.V + v0 + x) = *(const uint4 *)(Ost + t * LDT + x);
+                });
+            } else if (SPLIT) { /* dv_t = sum_a beta_(t,a) dX_v(t,a) */
                 for (int e = tid; e < ct * 32; e += NTHREADS) {
                     const int t = e >> 5, x = (e & 31) * 2;
                     float s0 = 0.f, s1 = 0.f;
@@ -3454,13 +3494,59 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
                 warp_mma<4, true, false>(Q, Dp, LDT, Rt, LDT, 64, m1, n1);  /* Dp^T R */
             }
             float e0 = 0.f, e1 = 0.f, y0 = 0.f, y1 = 0.f;
-            frag_rowdot_acc(E, Rt, LDT, m1, n1, e0, e1);
-            frag_rowdot_acc(Q, Bt, LDT, m1, n1, y0, y1);
+            if (LANES) {
+                /* Row dots against R and K_w, dk and the dM terms, from token t's key on slice b (the
+                 * write keys' row (t, b)): R(t,a) = M[a,b] k_t and K_w(t,a) = [a == b] k_t there.
+                 * dk_t = sum_a (M[a,b] beta_(t,a) E_(t,a) + [a == b] (dK_w(t,a) + Q_(t,a))), dK_w being
+                 * bwd_a's part in C; dM[a,b] gets beta_(t,a) <E_(t,a), k_t> over slice b. */
+                const float *Mh = P.mask + (int64_t)c.h * rr;
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    const int x = n1 + nt * 8 + 2 * tq, bs = slice_of(P, c0 + n1 + nt * 8);
+                    const float m = __ldg(Mh + ta * NL + bs);
+                    const bool own = ta == bs;
+                    float dm = 0.f;
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        const int r = m1 + g + hh * 8, t = r >> LN;
+                        const float2 kv = __bfloat1622float2(*(const __nv_bfloat162 *)(Bt + (t * NL + bs) * LDT + x));
+                        const float ek = E[nt][2 * hh] * kv.x + E[nt][2 * hh + 1] * kv.y;
+                        (hh ? e1 : e0) += m * ek;
+                        dm += br[r] * ek;
+                        const float mb = m * br[r]; /* E becomes row (t, a)'s term of dk_t */
+                        if (own) {
+                            const float2 cw = __bfloat1622float2(*(const __nv_bfloat162 *)(C + r * LDT + x));
+                            (hh ? y1 : y0) += Q[nt][2 * hh] * kv.x + Q[nt][2 * hh + 1] * kv.y;
+                            E[nt][2 * hh] = mb * E[nt][2 * hh] + (cw.x + Q[nt][2 * hh]);
+                            E[nt][2 * hh + 1] = mb * E[nt][2 * hh + 1] + (cw.y + Q[nt][2 * hh + 1]);
+                        } else {
+                            E[nt][2 * hh] *= mb;
+                            E[nt][2 * hh + 1] *= mb;
+                        }
+                    }
+                    /* over the lanes of slice ta: the quad, then the rows' other tokens; one lane a slot */
+                    dm += __shfl_xor_sync(0xffffffffu, dm, 1);
+                    dm += __shfl_xor_sync(0xffffffffu, dm, 2);
+#pragma unroll
+                    for (int o = LN; o < 3; o++) dm += __shfl_xor_sync(0xffffffffu, dm, 4 << o);
+                    if (lane < 4 * NL && tq == 0) dMp[(warp * GDP_SPLIT_FAST_N + ta) * 8 + bs] += dm;
+                }
+                token_rows_stage(E);
+            } else {
+                frag_rowdot_acc(E, Rt, LDT, m1, n1, e0, e1);
+                frag_rowdot_acc(Q, Bt, LDT, m1, n1, y0, y1);
+            }
             db0 += e0;
             db1 += e1;
             dg0 += br[m1 + g] * e0 - y0;
             dg1 += br[m1 + g + 8] * e1 - y1;
-            if (SPLIT) {
+            if (LANES) {
+                __syncthreads();
+                for_pieces16<64 / NL, 64>([&](int t, int x) {
+                    if (t < ct)
+                        *(uint4 *)((bf16_t *)P.dk + (tokrow0 + (int64_t)t * P.H) * P.K + c0 + x) = *(const uint4 *)(Ost + t * LDT + x);
+                });
+            } else if (SPLIT) {
                 /* dK_w = bwd_a's part + Dp^T R into C (bf16, as k_bwd_b_hh); E into two fp32 halves */
                 float *Eh = n1 ? (float *)Ost : (float *)A; /* A (dW) is read by every warp: after a barrier */
                 frag_each(Q, m1, n1, [&](int r, int x, float v) { C[r * LDT + x] = fromf<bf16_t>(tof(C[r * LDT + x]) + v); });
@@ -3554,7 +3640,15 @@ template <bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fas
             for (int a = 0; a < n; a++) acc += pdb[2 * (tid * n + a)] + pdb[2 * (tid * n + a) + 1];
             dbeta[tokrow0 + (int64_t)tid * P.H] = fromf<bf16_t>(acc);
         }
-        if (tid < rr) P.dM[c.ch * rr + tid] = dMs[tid];
+        if (tid < rr) {
+            float sm = dMs[tid];
+            if (LANES) { /* over the warps, in a fixed order */
+                const int a = tid >> LN, bsl = tid & (NL - 1);
+                sm = 0.f;
+                for (int w = 0; w < NTHREADS / 32; w++) sm += dMp[(w * GDP_SPLIT_FAST_N + a) * 8 + bsl];
+            }
+            P.dM[c.ch * rr + tid] = sm;
+        }
     } else if (tid < lc) {
         dbeta[row0 + (int64_t)tid * P.H] = fromf<bf16_t>(pdb[2 * tid] + pdb[2 * tid + 1]);
     }
@@ -4192,10 +4286,18 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
     const int rr = d->mode == GDP_MODE_SPLIT ? d->n * d->n : 0;
     const size_t sbh = BwdBhSmem<IT>::carve(nullptr, rr, nullptr);
     const bool fast_b = fast_bwd && BwdBFastSmem::BYTES <= (size_t)limit;
+    /* split mode at n 2 and 4 sums a token's rows across lanes; GDP_BWD_B_SPLIT=tiles forces the fp32
+     * tiles (the only way for other n) */
+    const char *split_env = getenv("GDP_BWD_B_SPLIT");
+    const bool split_lanes = (d->n == 2 || d->n == 4) && !(split_env && !strcmp(split_env, "tiles"));
     if (fast_b && d->mode == GDP_MODE_HOUSEHOLDER)
-        LAUNCH(k_bwd_b_fast<false>, chunk_grid(), BwdBFastSmem::BYTES);
-    else if (fast_b && rr <= GDP_SPLIT_FAST_RR && P.wsl8) /* wsl8 holds wherever fast_shape does */
-        LAUNCH(k_bwd_b_fast<true>, chunk_grid(), BwdBFastSmem::BYTES);
+        LAUNCH(k_bwd_b_fast<BWDB_HOUSEHOLDER>, chunk_grid(), BwdBFastSmem::BYTES);
+    else if (fast_b && P.wsl8 && split_lanes && d->n == 2) /* wsl8 holds wherever fast_shape does */
+        LAUNCH(k_bwd_b_fast<BWDB_SPLIT_LANES + 2>, chunk_grid(), BwdBFastSmem::BYTES);
+    else if (fast_b && P.wsl8 && split_lanes && d->n == 4)
+        LAUNCH(k_bwd_b_fast<BWDB_SPLIT_LANES + 4>, chunk_grid(), BwdBFastSmem::BYTES);
+    else if (fast_b && rr <= GDP_SPLIT_FAST_RR && P.wsl8)
+        LAUNCH(k_bwd_b_fast<BWDB_SPLIT_TILES>, chunk_grid(), BwdBFastSmem::BYTES);
     else if (d->mode == GDP_MODE_HOUSEHOLDER && sbh <= (size_t)limit)
         LAUNCH((k_bwd_b_hh<IT, false>), chunk_grid(), sbh);
     else if (d->mode == GDP_MODE_SPLIT && rr <= GDP_SPLIT_FAST_RR && sbh <= (size_t)limit)

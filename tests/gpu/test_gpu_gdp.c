@@ -605,6 +605,25 @@ GPU_TEST(chunk_grid_pieces) {
     cases_per_env(failures, rand_cases, GDP_ARRAY_LEN(rand_cases), 9000, "GDP_CHUNK_GRID_Y", three, 1);
 }
 
+/* Split mode's bwd_b sums a token's rows (dv, dk, dM) across lanes at n 2 and 4 (k_bwd_b_fast's lanes
+ * kinds); GDP_BWD_B_SPLIT=tiles forces the fp32 tiles in shared memory that every other n takes. Both
+ * on split shapes of the fast backward (K and V whole 64-column tiles; n 1 to 4 and 8, K 64 to 256,
+ * varlen), against the CPU f64 path and saving against plain forwards. */
+GPU_TEST(split_bwd_b_kinds) {
+    static const RandCase cs[] = {
+        /* mode, B, T, H, K, V, n, gate, h0, nseq */
+        {GDP_MODE_SPLIT, 1, 200, 2, 128, 128, 2, 1, 1, 2},
+        {GDP_MODE_SPLIT, 2, 90, 1, 128, 64, 4, 1, 0, 0},
+        {GDP_MODE_SPLIT, 1, 130, 1, 64, 128, 2, 0, 1, 0},
+        {GDP_MODE_SPLIT, 1, 100, 1, 256, 64, 4, 1, 1, 2},
+        {GDP_MODE_SPLIT, 1, 150, 1, 192, 64, 3, 1, 1, 0},
+        {GDP_MODE_SPLIT, 1, 80, 1, 128, 64, 8, 1, 1, 0},
+        {GDP_MODE_SPLIT, 1, 100, 1, 64, 64, 1, 1, 1, 0},
+    };
+    static const char *const kinds[2] = {"lanes", "tiles"};
+    cases_per_env(failures, cs, GDP_ARRAY_LEN(cs), 9700, "GDP_BWD_B_SPLIT", kinds, 2);
+}
+
 /* The fast dh pass at K 256 (q single-buffered): V tile 64 (up to 32 chunk tokens) and 32 (up to 64)
  * forced, both modes, varlen, n_h 1 to 4; where a forced tile does not fit, the generic pass runs. */
 GPU_TEST(dh_pass_k256) {
