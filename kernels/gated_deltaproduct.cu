@@ -1231,6 +1231,15 @@ struct RowMajor {
     int ld;
     __device__ __forceinline__ bf16_t *at(int r, int c) const { return p + r * ld + c; }
 };
+/* Split mode's keys placed by slice (row (t, b) holds token t's key at least on slice b; n a power of
+ * two): row j of this view is row (t_j, b) for the fixed slice b, i.e. token j / n's key there, so
+ * that products over slice b's columns take the keys as they were loaded, with M applied to the
+ * other operand or the result (no read-key tile R is built). tmask = ~(n - 1). */
+struct TokenSliceRows {
+    bf16_t *p;
+    int ld, tmask, b;
+    __device__ __forceinline__ bf16_t *at(int r, int c) const { return p + ((r & tmask) + b) * ld + c; }
+};
 template <int ROWS> struct Swz128 {
     bf16_t *p;
     __device__ __forceinline__ bf16_t *at(int r, int c) const {
@@ -1327,6 +1336,16 @@ __device__ __forceinline__ void warp_mma_rows(float (&acc)[MT][NT][4], LoadA loa
                 mma_bf16(acc[mt][np * 2 + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[2], b[3]);
             }
         }
+    }
+}
+/* An mma A fragment's register pairs (depths k0 + 2 tq + e, and + 8) times s0 (e = 0) and s1 (e = 1),
+ * rounded once: split mode's M (or a 0/1 slice mask) on the rows of the keys a product contracts */
+__device__ __forceinline__ void frag_a_scale_pairs(uint32_t (&a)[4], float s0, float s1) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&a[i]));
+        const __nv_bfloat162 r = __floats2bfloat162_rn(f.x * s0, f.y * s1);
+        a[i] = *reinterpret_cast<const uint32_t *>(&r);
     }
 }
 /* row tile m (16 rows) of A at depth k0 as an mma A fragment: A row-major [m][k] (AT false) or stored
@@ -1535,9 +1554,16 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
      * steps each) and a quarter of the columns. */
     const int mta = warp & 1 ? 1 : 0, mtb = 3 - mta, nq = warp >> 1;
     bf16_t *Wg = (bf16_t *)P.W + c.ch * P.sW, *Ug = (bf16_t *)P.U + c.ch * P.sU;
+    /* Split mode with n a power of two whose slices hold whole column quarters (a warp's W columns):
+     * W = T diag(beta gamma) R takes K_w's rows as they are (row (t, b) holds k_t on slice b) with
+     * M[a_j, b] on T's columns j, so R need not be made again after the solve */
+    const int n = P.n;
+    const bool w_raw = !hh && r_in_tf && !(n & (n - 1)) && (KP / n) % (KP / 4) == 0;
     if (!hh && r_in_tf) { /* R again, in place of K_w (Kwd is written: solve_T ends with a barrier) */
-        split_keys<bf16_t>(P, c, Kw, LDK, Kw, LDK, 0, KP, false);
-        __syncthreads();
+        if (!w_raw) {
+            split_keys<bf16_t>(P, c, Kw, LDK, Kw, LDK, 0, KP, false);
+            __syncthreads();
+        }
         R = Kw;
     }
     {
@@ -1547,7 +1573,24 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
             const int mt = h2 ? mtb : mta;
             float aW[NTW][4];
             frag_zero(aW);
-            warp_mma<NTW, false, false>(aW, Tw, LDT, R, LDK, 16 * (mt + 1), 16 * mt, nq * (KP / 4));
+            /* one product for both forms (two made prep<128> spill 8 bytes): R itself is the view
+             * with every row bit kept and slice 0 */
+            float ms0 = 1.f, ms1 = 1.f;
+            int bsl = 0;
+            if (w_raw) {
+                const int tq = tid & 3;
+                bsl = slice_of(P, nq * (KP / 4));
+                const float *Mb = P.mask + (int64_t)c.h * n * n + bsl; /* M[a, b] at Mb[a n] */
+                ms0 = __ldg(Mb + ((2 * tq) & (n - 1)) * n);
+                ms1 = __ldg(Mb + ((2 * tq + 1) & (n - 1)) * n);
+            }
+            warp_mma_rows<1, NTW, false>(
+                reinterpret_cast<float(&)[1][NTW][4]>(aW),
+                [&](int, int k0, uint32_t(&a)[4]) {
+                    ldsm_a<false>(a, RowMajor{Tw, LDT}, 16 * mt, k0);
+                    if (w_raw) frag_a_scale_pairs(a, ms0, ms1);
+                },
+                TokenSliceRows{R, LDK, w_raw ? -n : -1, bsl}, 16 * (mt + 1), nq * (KP / 4));
             if (stage)
                 frag_stage_bf16(aW, (bf16_t *)Tf, 16 * mt, nq * (KP / 4)); /* T (fp32) is dead after solve_T */
             else
@@ -3342,6 +3385,8 @@ template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(
             if (t < ct)
                 cp_async16(dst + (t * n + slice_of(P, c0 + x)) * LDT + x,
                            (const bf16_t *)P.k + (tokrow0 + (int64_t)t * P.H) * P.K + c0 + x);
+            else if (LANES && t * n < 64) /* the raw-key products contract over these rows */
+                *(uint4 *)(dst + (t * n + slice_of(P, c0 + x)) * LDT + x) = make_uint4(0, 0, 0, 0);
         });
     };
     auto issue = [&](int st, int b) {
@@ -3365,6 +3410,9 @@ template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(
         for (int i = tid; i < NTHREADS / 32 * GDP_SPLIT_FAST_N * 8; i += NTHREADS) dMp[i] = 0.f;
     const int m1 = (warp >> 1) * 16, n1 = (warp & 1) * 32; /* every product here is 64 x 64 */
     const int ta = g & (NL - 1); /* lanes: the slice a of both of the thread's rows */
+    /* lanes, each 64-column key tile within one slice: the products take the keys as loaded, and
+     * neither split_keys pass runs (nor its barriers) */
+    const bool raw_keys = LANES && (P.K >> LN) % GDP_TILE == 0;
     /* lanes: the fragment summed over each token's rows, into the lanes of slice 0, which write token
      * row t of the staging tile (rows < 64 / n; copied out after the next barrier) */
     auto token_rows_stage = [&](float(&F)[4][4]) {
@@ -3393,7 +3441,20 @@ template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(
         if (st + 1 < NS) issue(st + 1, b ^ 1);
         if (st == 0 && tid < 64) gam[tid] = tid < lc ? gate_exp(Gs[tokof(P, tid)]) : 0.f;
         bf16_t *A = Ab(b), *Bt = Bb(b), *C = Cb(b);
-        if (st < nkt) {
+        if (raw_keys && st < nkt) { /* dW R^T = (dW k^T) M[a_j, b] column by column, the tile within slice b */
+            const int bsl = slice_of(P, st * GDP_TILE);
+            float Y[1][4][4];
+            frag_zero(Y[0]);
+            warp_mma_rows<1, 4, true>(
+                Y, [&](int, int k0, uint32_t(&a)[4]) { ldsm_a<false>(a, RowMajor{A, LDT}, m1, k0); },
+                TokenSliceRows{Bt, LDT, -NL, bsl}, GDP_TILE, n1);
+            const float *Mb = P.mask + (int64_t)c.h * rr + bsl; /* M[a, b] at Mb[a n] */
+            const float s0 = __ldg(Mb + ((2 * tq) & (NL - 1)) * NL), s1 = __ldg(Mb + ((2 * tq + 1) & (NL - 1)) * NL);
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) aT1[nt][e] += (e & 1 ? s1 : s0) * Y[0][nt][e];
+        } else if (st < nkt) {
             if (SPLIT) { /* R in place of the raw keys */
                 split_keys<bf16_t>(P, c, Bt, LDT, Bt, LDT, st * GDP_TILE, GDP_TILE, false);
                 __syncthreads();
@@ -3467,7 +3528,7 @@ template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(
         } else {
             const int c0 = (st - nkt - nvt) * GDP_TILE;
             const bf16_t *Rt = Bt; /* read keys; Bt holds the write keys */
-            if (SPLIT) { /* K_w in place, R into dT's buffer (free since the dA products) */
+            if (SPLIT && !raw_keys) { /* K_w in place, R into dT's buffer (free since the dA products) */
                 split_keys<bf16_t>(P, c, Bt, LDT, dTop, LDT, c0, GDP_TILE, true);
                 __syncthreads();
                 Rt = dTop;
@@ -3478,7 +3539,27 @@ template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(
             frag_zero(Q);
             warp_mma<4, true, false>(E, Top, LDT, A, LDT, 64, m1, n1); /* dX_r = T^T dW */
             frag_each(E, m1, n1, [&](int r, int, float &v) { v *= gam[r]; });
-            if (!SPLIT) { /* E = gamma dX_r + D Kw and Dp^T R with R = K_w: one product, K_w's fragments loaded
+            if (raw_keys) {
+                /* The tile lies in slice b, where K_w(t,a) = [a == b] k_t and R(t,a) = M[a,b] k_t: both
+                 * products take token t's keys as loaded (row (t, b)), with [a == b] on D's columns and
+                 * M[a, b] on Dp's rows, the contracted rows (t, a) */
+                const int bsl = slice_of(P, c0), a0 = (2 * tq) & (NL - 1), a1 = (2 * tq + 1) & (NL - 1);
+                const float *Mb = P.mask + (int64_t)c.h * rr + bsl;
+                const float q0 = __ldg(Mb + a0 * NL), q1 = __ldg(Mb + a1 * NL);
+                const float w0 = a0 == bsl ? 1.f : 0.f, w1 = a1 == bsl ? 1.f : 0.f;
+                warp_mma_rows<2, 4>(
+                    EQ,
+                    [&](int mt, int k0, uint32_t(&a)[4]) {
+                        if (mt == 0) {
+                            ldsm_a<false>(a, RowMajor{Dop, LDT}, m1, k0);
+                            frag_a_scale_pairs(a, w0, w1);
+                        } else {
+                            ldsm_a<true>(a, RowMajor{Dp, LDT}, m1, k0);
+                            frag_a_scale_pairs(a, q0, q1);
+                        }
+                    },
+                    TokenSliceRows{Bt, LDT, -NL, bsl}, 64, n1);
+            } else if (!SPLIT) { /* E = gamma dX_r + D Kw and Dp^T R with R = K_w: one product, K_w's fragments loaded
                            * once (H200, H 16, n_h 2: 0.522-0.524 -> 0.510 ms; session 28, call 5) */
                 warp_mma_rows<2, 4>(
                     EQ,
