@@ -1474,10 +1474,36 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     load_gates<bf16_t>(P, c, Gs, br);
     cp_wait<0>();
     __syncthreads();
-    if (!hh) {
+    /* Split mode with n a power of two whose slices hold whole column quarters (a warp's W columns):
+     * the keys stay as loaded (every row of a token holds its whole key), and the products apply the
+     * slices and M themselves: A and P as one product a slice b, added where column j's slice is b
+     * (A with M[a_i, b]); Kwd masked as it is written; W with M[a_j, b] on T's columns. Neither R
+     * nor K_w is built (split_keys twice, two barriers). */
+    const int n = P.n, sw = KP / n;
+    const bool keys_raw = !hh && r_in_tf && !(n & (n - 1)) && sw % (KP / 4) == 0;
+    if (!hh && !keys_raw) {
         split_keys<bf16_t>(P, c, Kw, LDK, R, LDK, 0, KP, true);
         __syncthreads();
     }
+    /* acc += A' B^T over the keys' columns for rows m0 of A' and n0 of B = K_w: as loaded, or (keys_raw)
+     * slice by slice, column j taking slice b_j's part times rowm(b) */
+    auto keys_product = [&](float(&acc)[2][4], const bf16_t *Aop, int m0, int n0, auto rowm) {
+        if (!keys_raw) {
+            warp_mma<2, false, true>(acc, Aop, LDK, Kw, LDK, KP, m0, n0);
+            return;
+        }
+        const int tq = tid & 3;
+        for (int b = 0; b < n; b++) {
+            float tmp[2][4];
+            frag_zero(tmp);
+            warp_mma<2, false, true>(tmp, Aop + b * sw, LDK, Kw + b * sw, LDK, sw, m0, n0);
+            const float f = rowm(b), f0 = ((2 * tq) & (n - 1)) == b ? f : 0.f, f1 = ((2 * tq + 1) & (n - 1)) == b ? f : 0.f;
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[nt][e] += (e & 1 ? f1 : f0) * tmp[nt][e];
+        }
+    };
     if (tid < 64) {
         const float G = Gs[tokof(P, tid)];
         rowf[tid] = tid < lc ? gate_exp(Gs[ct - 1] - G) : 0.f;
@@ -1499,7 +1525,9 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
             frag_zero(acc);
             if (bi < 10) {
                 const int I = bi < 1 ? 0 : bi < 3 ? 1 : bi < 6 ? 2 : 3, J = bi - I * (I + 1) / 2; /* bi = I (I + 1) / 2 + J */
-                warp_mma<2, false, true>(acc, R, LDK, Kw, LDK, KP, 16 * I, 16 * J);
+                /* a row tile's rows share their slice a_i = g mod n (n divides 16) */
+                const float *Ma = P.mask + ((int64_t)c.h * n + (((tid & 31) >> 2) & (n - 1))) * n;
+                keys_product(acc, keys_raw ? Kw : R, 16 * I, 16 * J, [&](int b) { return __ldg(Ma + b); });
                 /* A_ij = beta_i e^{G_i - G_j} <R_i, K_w,j>, j earlier than i */
                 frag_earlier_decay(P, acc, Gs, 16 * I, 16 * J, lc, [&](int i) { return br[i]; });
                 {
@@ -1520,7 +1548,7 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
                 if (p_live(pb) == live && seen++ == (live ? k : k - n_live)) break;
             const int mp = 16 * (pb >> 2), np = 16 * (pb & 3);
             if (live) {
-                warp_mma<2, false, true>(acc, QV, LDK, Kw, LDK, KP, mp, np);
+                keys_product(acc, QV, mp, np, [](int) { return 1.f; });
                 frag_causal_decay(P, acc, Gs, mp, np, ct, lc);
             }
             frag_store_bf16(acc, (bf16_t *)P.P + c.ch * P.sP, 64, mp, np);
@@ -1546,7 +1574,8 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
         [&](int e0, int stride) { /* Kwd, by the threads that do not solve the diagonal blocks */
             for (int e = e0; e < 64 * (KP / 8); e += stride) {
                 const int r = e / (KP / 8), x = (e % (KP / 8)) * 8;
-                scale8(Kwd + r * KP + x, Kw + r * LDK + x, rowf[r]);
+                /* keys_raw: K_w(t,a) is k_t on slice a only */
+                scale8(Kwd + r * KP + x, Kw + r * LDK + x, keys_raw && slice_of(P, x) != (r & (n - 1)) ? 0.f : rowf[r]);
             }
         });
     /* W = T diag(beta gamma) R and U = T diag(beta) V: T is lower triangular, so row tile mt needs
@@ -1554,11 +1583,9 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
      * steps each) and a quarter of the columns. */
     const int mta = warp & 1 ? 1 : 0, mtb = 3 - mta, nq = warp >> 1;
     bf16_t *Wg = (bf16_t *)P.W + c.ch * P.sW, *Ug = (bf16_t *)P.U + c.ch * P.sU;
-    /* Split mode with n a power of two whose slices hold whole column quarters (a warp's W columns):
-     * W = T diag(beta gamma) R takes K_w's rows as they are (row (t, b) holds k_t on slice b) with
-     * M[a_j, b] on T's columns j, so R need not be made again after the solve */
-    const int n = P.n;
-    const bool w_raw = !hh && r_in_tf && !(n & (n - 1)) && (KP / n) % (KP / 4) == 0;
+    /* keys_raw: W = T diag(beta gamma) R takes the keys' rows as loaded (row (t, b) holds k_t) with
+     * M[a_j, b] on T's columns j, the warp's columns lying in slice b */
+    const bool w_raw = keys_raw;
     if (!hh && r_in_tf) { /* R again, in place of K_w (Kwd is written: solve_T ends with a barrier) */
         if (!w_raw) {
             split_keys<bf16_t>(P, c, Kw, LDK, Kw, LDK, 0, KP, false);
