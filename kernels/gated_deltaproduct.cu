@@ -1447,8 +1447,12 @@ template <int KP, int CTP> struct Prep2FastSmem {
     }
 };
 
-template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep2_fast(Params P) {
+/* RAW (split mode, launched where n is a power of two whose slices hold whole column quarters):
+ * the keys stay as loaded, see keys_raw below. A template argument: the same code behind a runtime
+ * flag made Householder mode's prep 3-7% slower (H200, H 16; session 29, call 3). */
+template <int KP, int CTP, bool RAW> __global__ void __launch_bounds__(NTHREADS, 3) k_prep2_fast(Params P) {
     using SM = Prep2FastSmem<KP, CTP>;
+    static_assert(!RAW || SM::R_IN_TF, "split mode's keys as loaded: K 64 and 128");
     constexpr int LDK = SM::LDK;
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
@@ -1480,7 +1484,7 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
      * (A with M[a_i, b]); Kwd masked as it is written; W with M[a_j, b] on T's columns. Neither R
      * nor K_w is built (split_keys twice, two barriers). */
     const int n = P.n, sw = KP / n;
-    const bool keys_raw = !hh && r_in_tf && !(n & (n - 1)) && sw % (KP / 4) == 0;
+    constexpr bool keys_raw = RAW;
     if (!hh && !keys_raw) {
         split_keys<bf16_t>(P, c, Kw, LDK, R, LDK, 0, KP, true);
         __syncthreads();
@@ -1488,11 +1492,12 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     /* acc += A' B^T over the keys' columns for rows m0 of A' and n0 of B = K_w: as loaded, or (keys_raw)
      * slice by slice, column j taking slice b_j's part times rowm(b) */
     auto keys_product = [&](float(&acc)[2][4], const bf16_t *Aop, int m0, int n0, auto rowm) {
-        if (!keys_raw) {
+        if constexpr (!keys_raw) {
             warp_mma<2, false, true>(acc, Aop, LDK, Kw, LDK, KP, m0, n0);
             return;
         }
         const int tq = tid & 3;
+#pragma unroll 1
         for (int b = 0; b < n; b++) {
             float tmp[2][4];
             frag_zero(tmp);
@@ -1585,12 +1590,9 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
     bf16_t *Wg = (bf16_t *)P.W + c.ch * P.sW, *Ug = (bf16_t *)P.U + c.ch * P.sU;
     /* keys_raw: W = T diag(beta gamma) R takes the keys' rows as loaded (row (t, b) holds k_t) with
      * M[a_j, b] on T's columns j, the warp's columns lying in slice b */
-    const bool w_raw = keys_raw;
-    if (!hh && r_in_tf) { /* R again, in place of K_w (Kwd is written: solve_T ends with a barrier) */
-        if (!w_raw) {
-            split_keys<bf16_t>(P, c, Kw, LDK, Kw, LDK, 0, KP, false);
-            __syncthreads();
-        }
+    if (!hh && r_in_tf && !keys_raw) { /* R again, in place of K_w (Kwd is written: solve_T ends with a barrier) */
+        split_keys<bf16_t>(P, c, Kw, LDK, Kw, LDK, 0, KP, false);
+        __syncthreads();
         R = Kw;
     }
     {
@@ -1600,24 +1602,21 @@ template <int KP, int CTP> __global__ void __launch_bounds__(NTHREADS, 3) k_prep
             const int mt = h2 ? mtb : mta;
             float aW[NTW][4];
             frag_zero(aW);
-            /* one product for both forms (two made prep<128> spill 8 bytes): R itself is the view
-             * with every row bit kept and slice 0 */
-            float ms0 = 1.f, ms1 = 1.f;
-            int bsl = 0;
-            if (w_raw) {
-                const int tq = tid & 3;
-                bsl = slice_of(P, nq * (KP / 4));
-                const float *Mb = P.mask + (int64_t)c.h * n * n + bsl; /* M[a, b] at Mb[a n] */
-                ms0 = __ldg(Mb + ((2 * tq) & (n - 1)) * n);
-                ms1 = __ldg(Mb + ((2 * tq + 1) & (n - 1)) * n);
+            if constexpr (keys_raw) {
+                const int bsl = slice_of(P, nq * (KP / 4));
+                warp_mma_rows<1, NTW, false>(
+                    reinterpret_cast<float(&)[1][NTW][4]>(aW),
+                    [&](int, int k0, uint32_t(&a)[4]) {
+                        /* M[a, b] read at each step: held across the product, prep<128> spilled 8 bytes */
+                        const int tq = tid & 3;
+                        const float *Mb = P.mask + (int64_t)c.h * n * n + bsl; /* M[a, b] at Mb[a n] */
+                        ldsm_a<false>(a, RowMajor{Tw, LDT}, 16 * mt, k0);
+                        frag_a_scale_pairs(a, __ldg(Mb + ((2 * tq) & (n - 1)) * n), __ldg(Mb + ((2 * tq + 1) & (n - 1)) * n));
+                    },
+                    TokenSliceRows{Kw, LDK, -n, bsl}, 16 * (mt + 1), nq * (KP / 4));
+            } else {
+                warp_mma<NTW, false, false>(aW, Tw, LDT, R, LDK, 16 * (mt + 1), 16 * mt, nq * (KP / 4));
             }
-            warp_mma_rows<1, NTW, false>(
-                reinterpret_cast<float(&)[1][NTW][4]>(aW),
-                [&](int, int k0, uint32_t(&a)[4]) {
-                    ldsm_a<false>(a, RowMajor{Tw, LDT}, 16 * mt, k0);
-                    if (w_raw) frag_a_scale_pairs(a, ms0, ms1);
-                },
-                TokenSliceRows{R, LDK, w_raw ? -n : -1, bsl}, 16 * (mt + 1), nq * (KP / 4));
             if (stage)
                 frag_stage_bf16(aW, (bf16_t *)Tf, 16 * mt, nq * (KP / 4)); /* T (fp32) is dead after solve_T */
             else
@@ -4037,10 +4036,12 @@ static int pick_fast_bv(const GdpPlan &pl, const char *env, const int *cands, in
     return want && want != best_bv ? 0 : best_bv;
 }
 
-static void (*prep2_fast_kernel(int KP, int ctp))(Params) {
-#define GDP_PF(kp)                                                                                          \
-    if (KP == kp) return ctp == 16 ? k_prep2_fast<kp, 16> : ctp == 32 ? k_prep2_fast<kp, 32> : ctp == 64 ? k_prep2_fast<kp, 64> : nullptr;
-    GDP_PF(256) GDP_PF(128) GDP_PF(64)
+/* raw: split mode's keys as loaded (k_prep2_fast's RAW), K 64 and 128 only */
+static void (*prep2_fast_kernel(int KP, int ctp, bool raw))(Params) {
+#define GDP_PF(kp, r)                                                                                       \
+    if (KP == kp && raw == r)                                                                               \
+        return ctp == 16 ? k_prep2_fast<kp, 16, r> : ctp == 32 ? k_prep2_fast<kp, 32, r> : ctp == 64 ? k_prep2_fast<kp, 64, r> : nullptr;
+    GDP_PF(256, false) GDP_PF(128, false) GDP_PF(64, false) GDP_PF(128, true) GDP_PF(64, true)
 #undef GDP_PF
     return nullptr;
 }
@@ -4247,8 +4248,10 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
     const size_t ss = StateSmem<IT>::carve(nullptr, pl.KP, P.bv, P.nst, pl.Ctp, P.fuse_out, nullptr);
     const bool split = P.mode == GDP_MODE_SPLIT;
     const size_t spf = prep2_fast_smem(pl.KP, pl.Ctp, split, pl.VP);
-    if (use_fast<IT>("prep") && fast_shape(pl, P) && prep2_fast_kernel(pl.KP, pl.Ctp) && spf <= (size_t)limit) {
-        GdpStatus s = launch(who, "k_prep2_fast", prep2_fast_kernel(pl.KP, pl.Ctp), chunk_grid(), spf, st, P);
+    /* split mode's keys as loaded: n a power of two whose slices hold whole quarters of the columns */
+    const bool raw_keys = split && !(P.n & (P.n - 1)) && pl.KP <= 128 && (pl.KP / P.n) % (pl.KP / 4) == 0;
+    if (use_fast<IT>("prep") && fast_shape(pl, P) && prep2_fast_kernel(pl.KP, pl.Ctp, raw_keys) && spf <= (size_t)limit) {
+        GdpStatus s = launch(who, "k_prep2_fast", prep2_fast_kernel(pl.KP, pl.Ctp, raw_keys), chunk_grid(), spf, st, P);
         if (s != GDP_OK) return s;
     } else if (sp2 <= (size_t)limit)
         LAUNCH(k_prep2<IT>, chunk_grid(), sp2);
