@@ -3341,10 +3341,11 @@ template <typename IT, bool SPLIT> __global__ void __launch_bounds__(NTHREADS, 2
  * where that kernel rounds an intermediate to bf16 (dT in two steps; householder dK_w before dk);
  * here they stay fp32. Stages as there: dW|k per K tile, dDelta|v per V tile, dW|k|dK_w per K tile,
  * the next stage's tiles in flight while one is computed.
- * SPLIT (n*n <= GDP_SPLIT_FAST_RR): R and K_w come from the raw key tile (split_keys; R in place in
- * the first K pass, into dT's buffer in the last), and the sums over a token's rows (dv, dk, dM)
- * read fp32 tiles: dX_v over Y|D (free until the last V tile's dA), E over the stage's dW tile and
- * the output staging, 32 columns each. */
+ * Split mode, tiles kind (n*n <= GDP_SPLIT_FAST_RR): R and K_w come from the raw key tile
+ * (split_keys; R in place in the first K pass, into dT's buffer in the last), and the sums over a
+ * token's rows (dv, dk, dM) read fp32 tiles: dX_v over Y|D (free until the last V tile's dA), E over
+ * the stage's dW tile and the output staging, 32 columns each. Lanes kinds (n 2 and 4): those sums
+ * by shuffles, and where each key tile lies in one slice no R or K_w tile at all (raw_keys below). */
 struct BwdBFastSmem {
     static constexpr int TILE = 64 * LDT;
     /* Gs, br, gam, dGr [64]; pdb, pdg [64][2]; dM [GDP_SPLIT_FAST_RR]; split dM per (warp, a, 8-column
