@@ -608,7 +608,9 @@ GPU_TEST(chunk_grid_pieces) {
 /* Split mode's bwd_b sums a token's rows (dv, dk, dM) across lanes at n 2 and 4 (k_bwd_b_fast's lanes
  * kinds); GDP_BWD_B_SPLIT=tiles forces the fp32 tiles in shared memory that every other n takes. Both
  * on split shapes of the fast backward (K and V whole 64-column tiles; n 1 to 4 and 8, K 64 to 256,
- * varlen), against the CPU f64 path and saving against plain forwards. */
+ * varlen), against the CPU f64 path and saving against plain forwards. The shapes take the keys as
+ * loaded (prep: n 1, 2, 4 at K 64 and 128; bwd_b: K / n a multiple of 64) and as built tiles (n 3
+ * and 8, prep at K 256, bwd_b's n 2 at K 64 and n 4 at K 128). */
 GPU_TEST(split_bwd_b_kinds) {
     static const RandCase cs[] = {
         /* mode, B, T, H, K, V, n, gate, h0, nseq */
