@@ -40,9 +40,10 @@ static void check_status(GdpStatus st, const char *what) {
     if (st != GDP_OK) gdp_fatal("op '" OPN "': the %s failed (status %d): %s", what, (int)st, gdp_last_error());
 }
 
+#ifdef GDP_CUDA
+/* (CUDA builds only: without CUDA, CUDA_ONLY drops its one caller, and -Wextra flagged it unused) */
 static Tensor *saved_of(const Node *nd) { return nd->n_saved ? nd->saved[0] : NULL; }
 
-#ifdef GDP_CUDA
 static void forward_cuda(Ctx *ctx, const GdpDesc *d, GdpForwardArgs *fa, Tensor *saved) {
     if (saved) { /* the saved buffer is the whole workspace */
         /* an evaluation forward (no gradient, nothing saved) takes its workspace from scratch here:
