@@ -1348,6 +1348,14 @@ __device__ __forceinline__ void frag_a_scale_pairs(uint32_t (&a)[4], float s0, f
         a[i] = *reinterpret_cast<const uint32_t *>(&r);
     }
 }
+/* Split mode (n a power of two): M[a, b] of head h for the slices a of this thread's register pairs
+ * (depths or columns 2 tq and 2 tq + 1, mod n), the factors frag_a_scale_pairs and the products'
+ * column scalings take */
+__device__ __forceinline__ float2 mask_pair(const Params &P, int h, int b, int n) {
+    const int tq = threadIdx.x & 3;
+    const float *Mb = P.mask + (int64_t)h * n * n + b; /* M[a, b] at Mb[a n] */
+    return make_float2(__ldg(Mb + ((2 * tq) & (n - 1)) * n), __ldg(Mb + ((2 * tq + 1) & (n - 1)) * n));
+}
 /* row tile m (16 rows) of A at depth k0 as an mma A fragment: A row-major [m][k] (AT false) or stored
  * transposed as [k][m] (AT true) */
 template <bool AT, class VA> __device__ __forceinline__ void ldsm_a(uint32_t (&a)[4], VA A, int m, int k0) {
@@ -1607,11 +1615,10 @@ template <int KP, int CTP, bool RAW> __global__ void __launch_bounds__(NTHREADS,
                 warp_mma_rows<1, NTW, false>(
                     reinterpret_cast<float(&)[1][NTW][4]>(aW),
                     [&](int, int k0, uint32_t(&a)[4]) {
-                        /* M[a, b] read at each step: held across the product, prep<128> spilled 8 bytes */
-                        const int tq = tid & 3;
-                        const float *Mb = P.mask + (int64_t)c.h * n * n + bsl; /* M[a, b] at Mb[a n] */
+                        /* M read at each step: held across the product, prep<128> spilled 8 bytes */
                         ldsm_a<false>(a, RowMajor{Tw, LDT}, 16 * mt, k0);
-                        frag_a_scale_pairs(a, __ldg(Mb + ((2 * tq) & (n - 1)) * n), __ldg(Mb + ((2 * tq + 1) & (n - 1)) * n));
+                        const float2 m = mask_pair(P, c.h, bsl, n);
+                        frag_a_scale_pairs(a, m.x, m.y);
                     },
                     TokenSliceRows{Kw, LDK, -n, bsl}, 16 * (mt + 1), nq * (KP / 4));
             } else {
@@ -3457,6 +3464,12 @@ template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(
                     *(__nv_bfloat162 *)(Ost + ((m1 + g + hh * 8) >> LN) * LDT + n1 + nt * 8 + 2 * tq) =
                         __floats2bfloat162_rn(F[nt][2 * hh], F[nt][2 * hh + 1]);
     };
+    /* lanes, after the barrier: the staged token rows t < ct to dst's token rows (width elements) */
+    auto token_rows_out = [&](bf16_t *dst, int width) {
+        for_pieces16<64 / NL, 64>([&](int t, int x) {
+            if (t < ct) *(uint4 *)(dst + (tokrow0 + (int64_t)t * P.H) * width + x) = *(const uint4 *)(Ost + t * LDT + x);
+        });
+    };
     float aT1[4][4], aT2[4][4];
     frag_zero(aT1);
     frag_zero(aT2);
@@ -3475,12 +3488,11 @@ template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(
             warp_mma_rows<1, 4, true>(
                 Y, [&](int, int k0, uint32_t(&a)[4]) { ldsm_a<false>(a, RowMajor{A, LDT}, m1, k0); },
                 TokenSliceRows{Bt, LDT, -NL, bsl}, GDP_TILE, n1);
-            const float *Mb = P.mask + (int64_t)c.h * rr + bsl; /* M[a, b] at Mb[a n] */
-            const float s0 = __ldg(Mb + ((2 * tq) & (NL - 1)) * NL), s1 = __ldg(Mb + ((2 * tq + 1) & (NL - 1)) * NL);
+            const float2 m = mask_pair(P, c.h, bsl, NL);
 #pragma unroll
             for (int nt = 0; nt < 4; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) aT1[nt][e] += (e & 1 ? s1 : s0) * Y[0][nt][e];
+                for (int e = 0; e < 4; e++) aT1[nt][e] += (e & 1 ? m.y : m.x) * Y[0][nt][e];
         } else if (st < nkt) {
             if (SPLIT) { /* R in place of the raw keys */
                 split_keys<bf16_t>(P, c, Bt, LDT, Bt, LDT, st * GDP_TILE, GDP_TILE, false);
@@ -3516,10 +3528,7 @@ template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(
             }
             __syncthreads();
             if (LANES) {
-                for_pieces16<64 / NL, 64>([&](int t, int x) {
-                    if (t < ct)
-                        *(uint4 *)((bf16_t *)P.dv + (tokrow0 + (int64_t)t * P.H) * P.V + v0 + x) = *(const uint4 *)(Ost + t * LDT + x);
-                });
+                token_rows_out((bf16_t *)P.dv + v0, P.V);
             } else if (SPLIT) { /* dv_t = sum_a beta_(t,a) dX_v(t,a) */
                 for (int e = tid; e < ct * 32; e += NTHREADS) {
                     const int t = e >> 5, x = (e & 31) * 2;
@@ -3570,10 +3579,9 @@ template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(
                 /* The tile lies in slice b, where K_w(t,a) = [a == b] k_t and R(t,a) = M[a,b] k_t: both
                  * products take token t's keys as loaded (row (t, b)), with [a == b] on D's columns and
                  * M[a, b] on Dp's rows, the contracted rows (t, a) */
-                const int bsl = slice_of(P, c0), a0 = (2 * tq) & (NL - 1), a1 = (2 * tq + 1) & (NL - 1);
-                const float *Mb = P.mask + (int64_t)c.h * rr + bsl;
-                const float q0 = __ldg(Mb + a0 * NL), q1 = __ldg(Mb + a1 * NL);
-                const float w0 = a0 == bsl ? 1.f : 0.f, w1 = a1 == bsl ? 1.f : 0.f;
+                const int bsl = slice_of(P, c0);
+                const float2 q = mask_pair(P, c.h, bsl, NL);
+                const float w0 = ((2 * tq) & (NL - 1)) == bsl ? 1.f : 0.f, w1 = ((2 * tq + 1) & (NL - 1)) == bsl ? 1.f : 0.f;
                 warp_mma_rows<2, 4>(
                     EQ,
                     [&](int mt, int k0, uint32_t(&a)[4]) {
@@ -3582,7 +3590,7 @@ template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(
                             frag_a_scale_pairs(a, w0, w1);
                         } else {
                             ldsm_a<true>(a, RowMajor{Dp, LDT}, m1, k0);
-                            frag_a_scale_pairs(a, q0, q1);
+                            frag_a_scale_pairs(a, q.x, q.y);
                         }
                     },
                     TokenSliceRows{Bt, LDT, -NL, bsl}, 64, n1);
@@ -3650,10 +3658,7 @@ template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(
             dg1 += br[m1 + g + 8] * e1 - y1;
             if (LANES) {
                 __syncthreads();
-                for_pieces16<64 / NL, 64>([&](int t, int x) {
-                    if (t < ct)
-                        *(uint4 *)((bf16_t *)P.dk + (tokrow0 + (int64_t)t * P.H) * P.K + c0 + x) = *(const uint4 *)(Ost + t * LDT + x);
-                });
+                token_rows_out((bf16_t *)P.dk + c0, P.K);
             } else if (SPLIT) {
                 /* dK_w = bwd_a's part + Dp^T R into C (bf16, as k_bwd_b_hh); E into two fp32 halves */
                 float *Eh = n1 ? (float *)Ost : (float *)A; /* A (dW) is read by every warp: after a barrier */
@@ -3748,13 +3753,10 @@ template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(
             for (int a = 0; a < n; a++) acc += pdb[2 * (tid * n + a)] + pdb[2 * (tid * n + a) + 1];
             dbeta[tokrow0 + (int64_t)tid * P.H] = fromf<bf16_t>(acc);
         }
-        if (tid < rr) {
-            float sm = dMs[tid];
-            if (LANES) { /* over the warps, in a fixed order */
-                const int a = tid >> LN, bsl = tid & (NL - 1);
-                sm = 0.f;
-                for (int w = 0; w < NTHREADS / 32; w++) sm += dMp[(w * GDP_SPLIT_FAST_N + a) * 8 + bsl];
-            }
+        if (tid < rr && !LANES) P.dM[c.ch * rr + tid] = dMs[tid];
+        if (tid < rr && LANES) { /* over the warps, in a fixed order */
+            float sm = 0.f;
+            for (int w = 0; w < NTHREADS / 32; w++) sm += dMp[(w * GDP_SPLIT_FAST_N + (tid >> LN)) * 8 + (tid & (NL - 1))];
             P.dM[c.ch * rr + tid] = sm;
         }
     } else if (tid < lc) {
