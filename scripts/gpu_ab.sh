@@ -17,7 +17,7 @@ export PATH=$PATH:/usr/local/cuda/bin OMP_WAIT_POLICY=passive NCCL_NVLS_ENABLE=0
 OUT=${OUT:-/tmp/gdp_gpu_ab}; mkdir -p "$OUT"
 REF=${REF_TREE:-.carry/ref_tree}
 ROUNDS=${AB_ROUNDS:-2}
-SHAPES=${AB_SHAPES:-"--H 16 --n 1,2,3;--H 16 --n 2 --mode split"}
+SHAPES=${AB_SHAPES:-"--H 16 --n 1,2,3;--H 16 --n 2 --mode split;--B 2 --T 8192 --n 2;--K 64 --V 64 --n 2;--K 256 --V 256 --n 2"}
 TEST_ENVS=${AB_TEST_ENVS:-"GDP_STATE_TMA=0|GDP_STATE_TMA=1|GDP_GENERIC=seq"}
 T0=$(date +%s); rows=()
 row() { rows+=("$1"); echo "== $1"; }
