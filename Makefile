@@ -107,4 +107,4 @@ test-all: test test-dist
 clean:
 	rm -rf $(BUILD) build-asan
 
--include $(OBJ:.o=.d) $(BUILD)/obj/train/main.d
+-include $(OBJ:.o=.d) $(BUILD)/obj/train/main.d $(TEST_BIN:=.d) $(GPU_TEST_BIN:=.d)

@@ -22,8 +22,9 @@ static double *randn(Rng *g, int64_t n, double s) {
     return x;
 }
 
-/* Worst relative L2 error of the model against the reference over o, ht and every gradient. */
-static double run_case(const Case *cs, uint64_t seed) {
+/* Worst relative L2 error of the model against the reference over o, ht and every gradient; and
+ * in *lookahead_err that of the lookahead state pass against the model's own (h, Delta, ht). */
+static double run_case(const Case *cs, uint64_t seed, double *lookahead_err) {
     Rng g;
     rng_seed(&g, seed);
     GdpDesc d = {0};
@@ -65,6 +66,16 @@ static double run_case(const Case *cs, uint64_t seed) {
     gdpm_init(&d, cs->varlen ? cu : NULL, &m, 1);
     GdpModelIn in = {q, k, v, beta, G, M, H0, dO, dht};
     gdpm_forward(&d, &in, &m, o2, ht2);
+    /* the lookahead state pass gives the same h, Delta and final state (compared before the backward
+     * reuses nothing of them; it reads only the model's parallel part) */
+    const size_t nh = (size_t)m.p.CH * (size_t)m.p.sH, nd = (size_t)m.p.CH * (size_t)m.p.sD;
+    double *h2 = (double *)xcalloc(nh, sizeof(double)), *D2 = (double *)xcalloc(nd, sizeof(double));
+    double *ht3 = (double *)xcalloc((size_t)s.state, sizeof(double));
+    gdpm_state_lookahead(&d, H0, &m, h2, D2, ht3);
+    *lookahead_err = fmax(fmax(rel_l2(h2, m.h, (int64_t)nh), rel_l2(D2, m.D, (int64_t)nd)), rel_l2(ht3, ht2, s.state));
+    free(h2);
+    free(D2);
+    free(ht3);
     gdpm_backward(&d, &in, &m, gr[1][0], gr[1][1], gr[1][2], gr[1][3], gr[1][4], M ? gr[1][5] : NULL, gr[1][6]);
     double worst = fmax(rel_l2(o2, o1, s.o), rel_l2(ht2, ht1, s.state));
     for (int i = 0; i < 7; i++)
@@ -87,10 +98,13 @@ static const Case cases[] = {
 
 START_TEST(chunk_model_matches_recurrence) {
     const Case *cs = &cases[_i];
-    double e = run_case(cs, 100 + (uint64_t)_i);
+    double la = 1;
+    double e = run_case(cs, 100 + (uint64_t)_i, &la);
     ck_assert_msg(e <= 1e-9, "%s T=%d K=%d V=%d n=%d gate=%d h0=%d varlen=%d: worst rel L2 %.3e > 1e-9",
                   cs->mode == GDP_MODE_SPLIT ? "split" : "householder", cs->T, cs->K, cs->V, cs->n, cs->gate, cs->h0,
                   cs->varlen, e);
+    ck_assert_msg(la <= 1e-11, "%s T=%d K=%d V=%d n=%d: lookahead state pass rel L2 %.3e > 1e-11 against the plain one",
+                  cs->mode == GDP_MODE_SPLIT ? "split" : "householder", cs->T, cs->K, cs->V, cs->n, la);
 }
 END_TEST
 

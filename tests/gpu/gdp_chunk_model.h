@@ -233,6 +233,76 @@ static void gdpm_forward(const GdpDesc *d, const GdpModelIn *in, GdpModel *m, do
     free(c);
 }
 
+/* The state pass with one chunk of lookahead (bench/NOTES.md, session 30), from the intermediates
+ * gdpm_forward left in m (W, Kwd, U, G): Delta_{c+1} = U'_{c+1} - M_c Delta_c with U'_{c+1} =
+ * U_{c+1} - g_c W_{c+1} h_c and M_c = W_{c+1} Kwd_c^T, so that a step's Delta needs the last Delta and
+ * not the state just made; h_{c+1} = g_c h_c + Kwd_c^T Delta_c as before. Writes h and Delta in the
+ * workspace layout (h2, D2, CH chunk-heads each) and the final state (ht2, [N][H][K][V]); equal to
+ * gdpm_forward's h, D and ht up to rounding. */
+static void gdpm_state_lookahead(const GdpDesc *d, const double *h0, const GdpModel *m, double *h2, double *D2, double *ht2) {
+    const GdpPlan *p = &m->p;
+    const int K = d->K, V = d->V, H = d->H, n = d->n, KP = p->KP, VP = p->VP;
+    double *S = (double *)malloc(sizeof(double) * K * V);
+    double *Dc = (double *)malloc(sizeof(double) * 64 * V), *Dn = (double *)malloc(sizeof(double) * 64 * V);
+    for (int s = 0; s < p->N; s++)
+        for (int h = 0; h < H; h++) {
+            if (h0)
+                memcpy(S, h0 + ((int64_t)s * H + h) * K * V, sizeof(double) * K * V);
+            else
+                memset(S, 0, sizeof(double) * K * V);
+            const int c0 = m->seq[s].c0, c1 = m->seq[s + 1].c0;
+            if (c0 < c1) { /* the first chunk's Delta as the plain pass makes it */
+                const int64_t ch = (int64_t)c0 * H + h;
+                for (int i = 0; i < n * m->chunk[c0].ct; i++)
+                    for (int y = 0; y < V; y++) {
+                        double acc = m->U[ch * p->sU + (int64_t)i * VP + y];
+                        for (int x = 0; x < K; x++) acc -= m->W[ch * p->sW + (int64_t)i * KP + x] * S[x * V + y];
+                        Dc[i * V + y] = acc;
+                    }
+            }
+            for (int ci = c0; ci < c1; ci++) {
+                const int64_t ch = (int64_t)ci * H + h;
+                const int lc = n * m->chunk[ci].ct;
+                const double gL = exp(m->G[ch * p->sG + m->chunk[ci].ct - 1]);
+                for (int x = 0; x < K; x++)
+                    for (int y = 0; y < V; y++) h2[ch * p->sH + (int64_t)x * VP + y] = S[x * V + y];
+                for (int i = 0; i < lc; i++)
+                    for (int y = 0; y < V; y++) D2[ch * p->sD + (int64_t)i * VP + y] = Dc[i * V + y];
+                if (ci + 1 < c1) { /* the next chunk's Delta from this chunk's state and Delta */
+                    const int64_t cn = ch + H;
+                    const int ln = n * m->chunk[ci + 1].ct;
+                    for (int i = 0; i < ln; i++) {
+                        const double *w = m->W + cn * p->sW + (int64_t)i * KP;
+                        double Mrow[64];
+                        for (int j = 0; j < lc; j++) {
+                            double a = 0;
+                            for (int x = 0; x < K; x++) a += w[x] * m->Kwd[ch * p->sW + (int64_t)j * KP + x];
+                            Mrow[j] = a;
+                        }
+                        for (int y = 0; y < V; y++) {
+                            double acc = m->U[cn * p->sU + (int64_t)i * VP + y];
+                            for (int x = 0; x < K; x++) acc -= gL * w[x] * S[x * V + y];
+                            for (int j = 0; j < lc; j++) acc -= Mrow[j] * Dc[j * V + y];
+                            Dn[i * V + y] = acc;
+                        }
+                    }
+                }
+                for (int x = 0; x < K; x++)
+                    for (int y = 0; y < V; y++) {
+                        double acc = gL * S[x * V + y];
+                        for (int i = 0; i < lc; i++) acc += m->Kwd[ch * p->sW + (int64_t)i * KP + x] * Dc[i * V + y];
+                        S[x * V + y] = acc;
+                    }
+                double *t = Dc;
+                Dc = Dn, Dn = t;
+            }
+            memcpy(ht2 + ((int64_t)s * H + h) * K * V, S, sizeof(double) * K * V);
+        }
+    free(S);
+    free(Dc);
+    free(Dn);
+}
+
 /* Backward (after gdpm_forward on the same model): fills dh, dD, dW, dKw, dGa, dM and writes
  * the gradients (dq, dk, dv, dbeta always; dg, dmask, dh0 if non-NULL). */
 static void gdpm_backward(const GdpDesc *d, const GdpModelIn *in, GdpModel *m, double *dq, double *dk, double *dv,
