@@ -58,7 +58,7 @@ GDP_LIB_OBJ += $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard kernels/gated_delt
 endif
 
 .PHONY: all test test-gpu test-asan test-dist test-all clean
-all: $(BUILD)/gdp $(BUILD)/libgdp.so
+all: $(BUILD)/gdp $(BUILD)/libgdp.so $(BUILD)/lookahead_bf16
 
 $(BUILD)/libgdp.so: $(GDP_LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS)
@@ -69,6 +69,10 @@ $(BUILD)/libgdpcore.a: $(OBJ)
 
 $(BUILD)/gdp: $(BUILD)/obj/train/main.o $(BUILD)/libgdpcore.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# bench/lookahead_bf16.c: a numerics experiment on the CPU (its header says what it prints)
+$(BUILD)/lookahead_bf16: bench/lookahead_bf16.c $(BUILD)/libgdpcore.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libgdpcore.a $(LDLIBS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
@@ -107,4 +111,4 @@ test-all: test test-dist
 clean:
 	rm -rf $(BUILD) build-asan
 
--include $(OBJ:.o=.d) $(BUILD)/obj/train/main.d $(TEST_BIN:=.d) $(GPU_TEST_BIN:=.d)
+-include $(OBJ:.o=.d) $(BUILD)/obj/train/main.d $(TEST_BIN:=.d) $(GPU_TEST_BIN:=.d) $(BUILD)/lookahead_bf16.d
