@@ -66,8 +66,7 @@ static double run_case(const Case *cs, uint64_t seed, double *lookahead_err) {
     gdpm_init(&d, cs->varlen ? cu : NULL, &m, 1);
     GdpModelIn in = {q, k, v, beta, G, M, H0, dO, dht};
     gdpm_forward(&d, &in, &m, o2, ht2);
-    /* the lookahead state pass gives the same h, Delta and final state (compared before the backward
-     * reuses nothing of them; it reads only the model's parallel part) */
+    /* the lookahead state pass must give the model's h, Delta and final state */
     const size_t nh = (size_t)m.p.CH * (size_t)m.p.sH, nd = (size_t)m.p.CH * (size_t)m.p.sD;
     double *h2 = (double *)xcalloc(nh, sizeof(double)), *D2 = (double *)xcalloc(nd, sizeof(double));
     double *ht3 = (double *)xcalloc((size_t)s.state, sizeof(double));

@@ -2,7 +2,8 @@
  * chunk grid, the same intermediates in the same workspace layout, computed with plain loops.
  * The GPU test compares the device workspace against it, kernel by kernel, so a wrong result
  * points at the stage that made it; it is also checked against the per-token CPU reference.
- * Test code only (static functions, included by one test program). */
+ * Test code only: static functions, included by test_gdp_chunk_model, the GPU test and
+ * bench/lookahead_bf16.c. */
 #pragma once
 #include <math.h>
 #include <stdlib.h>
