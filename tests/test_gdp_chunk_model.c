@@ -23,7 +23,8 @@ static double *randn(Rng *g, int64_t n, double s) {
 }
 
 /* Worst relative L2 error of the model against the reference over o, ht and every gradient; and
- * in *lookahead_err that of the lookahead state pass against the model's own (h, Delta, ht). */
+ * in *lookahead_err that of the lookahead state and dh passes against the model's own (h, Delta,
+ * ht; dh, dDelta, dh0). */
 static double run_case(const Case *cs, uint64_t seed, double *lookahead_err) {
     Rng g;
     rng_seed(&g, seed);
@@ -76,6 +77,15 @@ static double run_case(const Case *cs, uint64_t seed, double *lookahead_err) {
     free(D2);
     free(ht3);
     gdpm_backward(&d, &in, &m, gr[1][0], gr[1][1], gr[1][2], gr[1][3], gr[1][4], M ? gr[1][5] : NULL, gr[1][6]);
+    /* and the lookahead dh pass the model's dh, dDelta and dh0 */
+    double *dh2 = (double *)xcalloc(nh, sizeof(double)), *dD2 = (double *)xcalloc(nd, sizeof(double));
+    double *dh02 = (double *)xcalloc((size_t)s.state, sizeof(double));
+    gdpm_dh_lookahead(&d, &in, &m, dh2, dD2, dh02);
+    *lookahead_err = fmax(*lookahead_err, fmax(fmax(rel_l2(dh2, m.dh, (int64_t)nh), rel_l2(dD2, m.dD, (int64_t)nd)),
+                                               rel_l2(dh02, gr[1][6], s.state)));
+    free(dh2);
+    free(dD2);
+    free(dh02);
     double worst = fmax(rel_l2(o2, o1, s.o), rel_l2(ht2, ht1, s.state));
     for (int i = 0; i < 7; i++)
         if (ns[i]) worst = fmax(worst, rel_l2(gr[1][i], gr[0][i], ns[i]));
@@ -102,7 +112,7 @@ START_TEST(chunk_model_matches_recurrence) {
     ck_assert_msg(e <= 1e-9, "%s T=%d K=%d V=%d n=%d gate=%d h0=%d varlen=%d: worst rel L2 %.3e > 1e-9",
                   cs->mode == GDP_MODE_SPLIT ? "split" : "householder", cs->T, cs->K, cs->V, cs->n, cs->gate, cs->h0,
                   cs->varlen, e);
-    ck_assert_msg(la <= 1e-11, "%s T=%d K=%d V=%d n=%d: lookahead state pass rel L2 %.3e > 1e-11 against the plain one",
+    ck_assert_msg(la <= 1e-11, "%s T=%d K=%d V=%d n=%d: lookahead state or dh pass rel L2 %.3e > 1e-11 against the plain one",
                   cs->mode == GDP_MODE_SPLIT ? "split" : "householder", cs->T, cs->K, cs->V, cs->n, la);
 }
 END_TEST

@@ -304,6 +304,88 @@ static void gdpm_state_lookahead(const GdpDesc *d, const double *h0, const GdpMo
     free(Dn);
 }
 
+/* The dh pass with the same lookahead, which takes the same M: dDelta_{c-1} = dU'_{c-1} - M_{c-1}^T
+ * dDelta_c with dU'_{c-1} = P_{c-1}^T dO_{c-1} + Kwd_{c-1} (g_c dS_c + (scale e^G q_c)^T dO_c), dS_c the
+ * gradient of the state chunk c ends with; dS_{c-1} as before. From the model after gdpm_forward;
+ * writes dh and dDelta in the workspace layout (dh2, dD2) and the gradient of h0 (dh02). */
+static void gdpm_dh_lookahead(const GdpDesc *d, const GdpModelIn *in, const GdpModel *m, double *dh2, double *dD2,
+                              double *dh02) {
+    const GdpPlan *p = &m->p;
+    const int K = d->K, V = d->V, H = d->H, n = d->n, KP = p->KP, VP = p->VP;
+    const double scale = d->scale != 0 ? d->scale : 1.0 / sqrt((double)K);
+    double *dS = (double *)malloc(sizeof(double) * K * V), *dSn = (double *)malloc(sizeof(double) * K * V);
+    double *Dc = (double *)malloc(sizeof(double) * 64 * V), *Dn = (double *)malloc(sizeof(double) * 64 * V);
+    for (int s = 0; s < p->N; s++)
+        for (int h = 0; h < H; h++) {
+            if (in->dht)
+                memcpy(dS, in->dht + ((int64_t)s * H + h) * K * V, sizeof(double) * K * V);
+            else
+                memset(dS, 0, sizeof(double) * K * V);
+            const int c0 = m->seq[s].c0, c1 = m->seq[s + 1].c0;
+            /* dU' of chunk c (with dS the gradient of the state chunk c ends with): P_c^T dO_c + Kwd_c dS */
+            for (int ci = c1 - 1; ci >= c0; ci--) {
+                const GdpChunkInfo *ck = &m->chunk[ci];
+                const int64_t ch = (int64_t)ci * H + h;
+                const int ct = ck->ct, lc = n * ct;
+                if (ci == c1 - 1) /* the last chunk's dDelta as the plain pass makes it */
+                    for (int i = 0; i < lc; i++)
+                        for (int y = 0; y < V; y++) {
+                            double acc = 0;
+                            for (int t = 0; t < ct; t++)
+                                acc += m->P[ch * p->sP + (int64_t)t * 64 + i] * in->d_o[((int64_t)(ck->tok0 + t) * H + h) * V + y];
+                            for (int x = 0; x < K; x++) acc += m->Kwd[ch * p->sW + (int64_t)i * KP + x] * dS[x * V + y];
+                            Dc[i * V + y] = acc;
+                        }
+                const double gL = exp(m->G[ch * p->sG + ct - 1]);
+                for (int x = 0; x < K; x++)
+                    for (int y = 0; y < V; y++) dh2[ch * p->sH + (int64_t)x * VP + y] = dS[x * V + y];
+                for (int i = 0; i < lc; i++)
+                    for (int y = 0; y < V; y++) dD2[ch * p->sD + (int64_t)i * VP + y] = Dc[i * V + y];
+                /* dS_{c-1} = g_c dS_c + (scale e^G q_c)^T dO_c - W_c^T dDelta_c */
+                for (int x = 0; x < K; x++)
+                    for (int y = 0; y < V; y++) {
+                        double acc = gL * dS[x * V + y];
+                        for (int t = 0; t < ct; t++) {
+                            int64_t tk = (int64_t)(ck->tok0 + t) * H + h;
+                            acc += scale * exp(m->G[ch * p->sG + t]) * in->q[tk * K + x] * in->d_o[tk * V + y];
+                        }
+                        dSn[x * V + y] = acc; /* without the dDelta term, which dU' must not see */
+                        for (int i = 0; i < lc; i++) acc -= m->W[ch * p->sW + (int64_t)i * KP + x] * Dc[i * V + y];
+                        dS[x * V + y] = acc;
+                    }
+                if (ci - 1 >= c0) { /* the earlier chunk's dDelta from dS_c's part and this dDelta */
+                    const GdpChunkInfo *cp = &m->chunk[ci - 1];
+                    const int64_t cq = ch - H;
+                    const int lp = n * cp->ct;
+                    for (int i = 0; i < lp; i++) {
+                        const double *kw = m->Kwd + cq * p->sW + (int64_t)i * KP;
+                        double Mcol[64]; /* M_{c-1}^T row i: Kwd_{c-1} row i . W_c row j */
+                        for (int j = 0; j < lc; j++) {
+                            double a = 0;
+                            for (int x = 0; x < K; x++) a += kw[x] * m->W[ch * p->sW + (int64_t)j * KP + x];
+                            Mcol[j] = a;
+                        }
+                        for (int y = 0; y < V; y++) {
+                            double acc = 0;
+                            for (int t = 0; t < cp->ct; t++)
+                                acc += m->P[cq * p->sP + (int64_t)t * 64 + i] * in->d_o[((int64_t)(cp->tok0 + t) * H + h) * V + y];
+                            for (int x = 0; x < K; x++) acc += kw[x] * dSn[x * V + y];
+                            for (int j = 0; j < lc; j++) acc -= Mcol[j] * Dc[j * V + y];
+                            Dn[i * V + y] = acc;
+                        }
+                    }
+                    double *t = Dc;
+                    Dc = Dn, Dn = t;
+                }
+            }
+            if (dh02) memcpy(dh02 + ((int64_t)s * H + h) * K * V, dS, sizeof(double) * K * V);
+        }
+    free(dS);
+    free(dSn);
+    free(Dc);
+    free(Dn);
+}
+
 /* Backward (after gdpm_forward on the same model): fills dh, dD, dW, dKw, dGa, dM and writes
  * the gradients (dq, dk, dv, dbeta always; dg, dmask, dh0 if non-NULL). */
 static void gdpm_backward(const GdpDesc *d, const GdpModelIn *in, GdpModel *m, double *dq, double *dk, double *dv,
