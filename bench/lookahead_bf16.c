@@ -18,7 +18,6 @@
 #include "core/common.h"
 #include "core/gradcheck.h"
 #include "kernels/gated_deltaproduct_common.h"
-#pragma GCC diagnostic ignored "-Wunused-function" /* the model's backward */
 #include "tests/gpu/gdp_chunk_model.h"
 
 /* round to bf16 (nearest, ties to even), kept in a double */

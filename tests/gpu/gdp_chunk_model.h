@@ -11,6 +11,9 @@
 
 #include "kernels/gdp_cuda_plan.h"
 
+/* what not every includer calls */
+#define GDPM_OPTIONAL __attribute__((unused))
+
 typedef struct GdpModel {
     GdpPlan p;
     int nchunks;
@@ -140,6 +143,15 @@ static void gdpm_free(GdpModel *m) {
     memset(m, 0, sizeof *m);
 }
 
+/* S = sequence s, head h's K x V state of src ([N][H][K][V]), or zeros without one */
+static void gdpm_state_of(double *S, const double *src, int s, int h, const GdpDesc *d) {
+    const size_t kv = (size_t)d->K * d->V;
+    if (src)
+        memcpy(S, src + ((size_t)s * d->H + h) * kv, sizeof(double) * kv);
+    else
+        memset(S, 0, sizeof(double) * kv);
+}
+
 /* Forward: fills G, W, Kwd, U, P, h, D; writes o [B,T,H,V] and ht (if non-NULL). */
 static void gdpm_forward(const GdpDesc *d, const GdpModelIn *in, GdpModel *m, double *o, double *ht) {
     GdpPlan *p = &m->p;
@@ -184,10 +196,7 @@ static void gdpm_forward(const GdpDesc *d, const GdpModelIn *in, GdpModel *m, do
     double *Dl = (double *)malloc(sizeof(double) * 64 * V);
     for (int s = 0; s < p->N; s++)
         for (int h = 0; h < H; h++) {
-            if (in->h0)
-                memcpy(S, in->h0 + ((int64_t)s * H + h) * K * V, sizeof(double) * K * V);
-            else
-                memset(S, 0, sizeof(double) * K * V);
+            gdpm_state_of(S, in->h0, s, h, d);
             for (int ci = m->seq[s].c0; ci < m->seq[s + 1].c0; ci++) {
                 int64_t ch = (int64_t)ci * H + h;
                 int ct = m->chunk[ci].ct, lc = n * ct;
@@ -240,17 +249,15 @@ static void gdpm_forward(const GdpDesc *d, const GdpModelIn *in, GdpModel *m, do
  * not the state just made; h_{c+1} = g_c h_c + Kwd_c^T Delta_c as before. Writes h and Delta in the
  * workspace layout (h2, D2, CH chunk-heads each) and the final state (ht2, [N][H][K][V]); equal to
  * gdpm_forward's h, D and ht up to rounding. */
-static void gdpm_state_lookahead(const GdpDesc *d, const double *h0, const GdpModel *m, double *h2, double *D2, double *ht2) {
+GDPM_OPTIONAL static void gdpm_state_lookahead(const GdpDesc *d, const double *h0, const GdpModel *m, double *h2, double *D2,
+                                               double *ht2) {
     const GdpPlan *p = &m->p;
     const int K = d->K, V = d->V, H = d->H, n = d->n, KP = p->KP, VP = p->VP;
     double *S = (double *)malloc(sizeof(double) * K * V);
     double *Dc = (double *)malloc(sizeof(double) * 64 * V), *Dn = (double *)malloc(sizeof(double) * 64 * V);
     for (int s = 0; s < p->N; s++)
         for (int h = 0; h < H; h++) {
-            if (h0)
-                memcpy(S, h0 + ((int64_t)s * H + h) * K * V, sizeof(double) * K * V);
-            else
-                memset(S, 0, sizeof(double) * K * V);
+            gdpm_state_of(S, h0, s, h, d);
             const int c0 = m->seq[s].c0, c1 = m->seq[s + 1].c0;
             if (c0 < c1) { /* the first chunk's Delta as the plain pass makes it */
                 const int64_t ch = (int64_t)c0 * H + h;
@@ -304,79 +311,82 @@ static void gdpm_state_lookahead(const GdpDesc *d, const double *h0, const GdpMo
     free(Dn);
 }
 
+/* The dh pass's pieces for chunk-head (ci, h): dDelta = P^T dO + Kwd dS (rows < lc, into out[64][V]),
+ * and dS_out = g dS + (scale e^G q)^T dO - W^T dDelta (that term left out where dD is NULL) */
+static void gdpm_ddelta(const GdpDesc *d, const GdpModelIn *in, const GdpModel *m, int ci, int h, const double *dS, double *out) {
+    const GdpPlan *p = &m->p;
+    const int K = d->K, V = d->V, H = d->H, KP = p->KP;
+    const GdpChunkInfo *ck = &m->chunk[ci];
+    const int64_t ch = (int64_t)ci * H + h;
+    for (int i = 0; i < d->n * ck->ct; i++)
+        for (int y = 0; y < V; y++) {
+            double acc = 0;
+            for (int t = 0; t < ck->ct; t++)
+                acc += m->P[ch * p->sP + (int64_t)t * 64 + i] * in->d_o[((int64_t)(ck->tok0 + t) * H + h) * V + y];
+            for (int x = 0; x < K; x++) acc += m->Kwd[ch * p->sW + (int64_t)i * KP + x] * dS[x * V + y];
+            out[i * V + y] = acc;
+        }
+}
+static void gdpm_ds_step(const GdpDesc *d, const GdpModelIn *in, const GdpModel *m, int ci, int h, const double *dS,
+                         const double *dD, double *dS_out) {
+    const GdpPlan *p = &m->p;
+    const int K = d->K, V = d->V, H = d->H, KP = p->KP;
+    const double scale = d->scale != 0 ? d->scale : 1.0 / sqrt((double)K);
+    const GdpChunkInfo *ck = &m->chunk[ci];
+    const int64_t ch = (int64_t)ci * H + h;
+    const double gL = exp(m->G[ch * p->sG + ck->ct - 1]);
+    for (int x = 0; x < K; x++)
+        for (int y = 0; y < V; y++) {
+            double acc = gL * dS[x * V + y];
+            for (int t = 0; t < ck->ct; t++) {
+                int64_t tk = (int64_t)(ck->tok0 + t) * H + h;
+                acc += scale * exp(m->G[ch * p->sG + t]) * in->q[tk * K + x] * in->d_o[tk * V + y];
+            }
+            if (dD)
+                for (int i = 0; i < d->n * ck->ct; i++) acc -= m->W[ch * p->sW + (int64_t)i * KP + x] * dD[i * V + y];
+            dS_out[x * V + y] = acc;
+        }
+}
+
 /* The dh pass with the same lookahead, which takes the same M: dDelta_{c-1} = dU'_{c-1} - M_{c-1}^T
  * dDelta_c with dU'_{c-1} = P_{c-1}^T dO_{c-1} + Kwd_{c-1} (g_c dS_c + (scale e^G q_c)^T dO_c), dS_c the
  * gradient of the state chunk c ends with; dS_{c-1} as before. From the model after gdpm_forward;
  * writes dh and dDelta in the workspace layout (dh2, dD2) and the gradient of h0 (dh02). */
-static void gdpm_dh_lookahead(const GdpDesc *d, const GdpModelIn *in, const GdpModel *m, double *dh2, double *dD2,
-                              double *dh02) {
+GDPM_OPTIONAL static void gdpm_dh_lookahead(const GdpDesc *d, const GdpModelIn *in, const GdpModel *m, double *dh2,
+                                            double *dD2, double *dh02) {
     const GdpPlan *p = &m->p;
     const int K = d->K, V = d->V, H = d->H, n = d->n, KP = p->KP, VP = p->VP;
-    const double scale = d->scale != 0 ? d->scale : 1.0 / sqrt((double)K);
     double *dS = (double *)malloc(sizeof(double) * K * V), *dSn = (double *)malloc(sizeof(double) * K * V);
     double *Dc = (double *)malloc(sizeof(double) * 64 * V), *Dn = (double *)malloc(sizeof(double) * 64 * V);
     for (int s = 0; s < p->N; s++)
         for (int h = 0; h < H; h++) {
-            if (in->dht)
-                memcpy(dS, in->dht + ((int64_t)s * H + h) * K * V, sizeof(double) * K * V);
-            else
-                memset(dS, 0, sizeof(double) * K * V);
+            gdpm_state_of(dS, in->dht, s, h, d);
             const int c0 = m->seq[s].c0, c1 = m->seq[s + 1].c0;
-            /* dU' of chunk c (with dS the gradient of the state chunk c ends with): P_c^T dO_c + Kwd_c dS */
+            if (c0 < c1) gdpm_ddelta(d, in, m, c1 - 1, h, dS, Dc); /* the last chunk's, as the plain pass */
             for (int ci = c1 - 1; ci >= c0; ci--) {
-                const GdpChunkInfo *ck = &m->chunk[ci];
                 const int64_t ch = (int64_t)ci * H + h;
-                const int ct = ck->ct, lc = n * ct;
-                if (ci == c1 - 1) /* the last chunk's dDelta as the plain pass makes it */
-                    for (int i = 0; i < lc; i++)
-                        for (int y = 0; y < V; y++) {
-                            double acc = 0;
-                            for (int t = 0; t < ct; t++)
-                                acc += m->P[ch * p->sP + (int64_t)t * 64 + i] * in->d_o[((int64_t)(ck->tok0 + t) * H + h) * V + y];
-                            for (int x = 0; x < K; x++) acc += m->Kwd[ch * p->sW + (int64_t)i * KP + x] * dS[x * V + y];
-                            Dc[i * V + y] = acc;
-                        }
-                const double gL = exp(m->G[ch * p->sG + ct - 1]);
+                const int lc = n * m->chunk[ci].ct;
                 for (int x = 0; x < K; x++)
                     for (int y = 0; y < V; y++) dh2[ch * p->sH + (int64_t)x * VP + y] = dS[x * V + y];
                 for (int i = 0; i < lc; i++)
                     for (int y = 0; y < V; y++) dD2[ch * p->sD + (int64_t)i * VP + y] = Dc[i * V + y];
-                /* dS_{c-1} = g_c dS_c + (scale e^G q_c)^T dO_c - W_c^T dDelta_c */
-                for (int x = 0; x < K; x++)
-                    for (int y = 0; y < V; y++) {
-                        double acc = gL * dS[x * V + y];
-                        for (int t = 0; t < ct; t++) {
-                            int64_t tk = (int64_t)(ck->tok0 + t) * H + h;
-                            acc += scale * exp(m->G[ch * p->sG + t]) * in->q[tk * K + x] * in->d_o[tk * V + y];
-                        }
-                        dSn[x * V + y] = acc; /* without the dDelta term, which dU' must not see */
-                        for (int i = 0; i < lc; i++) acc -= m->W[ch * p->sW + (int64_t)i * KP + x] * Dc[i * V + y];
-                        dS[x * V + y] = acc;
-                    }
-                if (ci - 1 >= c0) { /* the earlier chunk's dDelta from dS_c's part and this dDelta */
-                    const GdpChunkInfo *cp = &m->chunk[ci - 1];
+                gdpm_ds_step(d, in, m, ci, h, dS, NULL, dSn); /* dS_{c-1} less its dDelta term, for dU' */
+                if (ci - 1 >= c0) { /* the earlier chunk's dDelta: dU' - M_{c-1}^T dDelta_c */
                     const int64_t cq = ch - H;
-                    const int lp = n * cp->ct;
-                    for (int i = 0; i < lp; i++) {
+                    gdpm_ddelta(d, in, m, ci - 1, h, dSn, Dn);
+                    for (int i = 0; i < n * m->chunk[ci - 1].ct; i++) {
                         const double *kw = m->Kwd + cq * p->sW + (int64_t)i * KP;
-                        double Mcol[64]; /* M_{c-1}^T row i: Kwd_{c-1} row i . W_c row j */
                         for (int j = 0; j < lc; j++) {
-                            double a = 0;
-                            for (int x = 0; x < K; x++) a += kw[x] * m->W[ch * p->sW + (int64_t)j * KP + x];
-                            Mcol[j] = a;
-                        }
-                        for (int y = 0; y < V; y++) {
-                            double acc = 0;
-                            for (int t = 0; t < cp->ct; t++)
-                                acc += m->P[cq * p->sP + (int64_t)t * 64 + i] * in->d_o[((int64_t)(cp->tok0 + t) * H + h) * V + y];
-                            for (int x = 0; x < K; x++) acc += kw[x] * dSn[x * V + y];
-                            for (int j = 0; j < lc; j++) acc -= Mcol[j] * Dc[j * V + y];
-                            Dn[i * V + y] = acc;
+                            double mij = 0; /* M_{c-1}^T (i, j) = Kwd_{c-1} row i . W_c row j */
+                            for (int x = 0; x < K; x++) mij += kw[x] * m->W[ch * p->sW + (int64_t)j * KP + x];
+                            for (int y = 0; y < V; y++) Dn[i * V + y] -= mij * Dc[j * V + y];
                         }
                     }
-                    double *t = Dc;
-                    Dc = Dn, Dn = t;
                 }
+                gdpm_ds_step(d, in, m, ci, h, dS, Dc, dSn);
+                memcpy(dS, dSn, sizeof(double) * K * V);
+                double *t = Dc;
+                Dc = Dn, Dn = t;
             }
             if (dh02) memcpy(dh02 + ((int64_t)s * H + h) * K * V, dS, sizeof(double) * K * V);
         }
@@ -388,50 +398,32 @@ static void gdpm_dh_lookahead(const GdpDesc *d, const GdpModelIn *in, const GdpM
 
 /* Backward (after gdpm_forward on the same model): fills dh, dD, dW, dKw, dGa, dM and writes
  * the gradients (dq, dk, dv, dbeta always; dg, dmask, dh0 if non-NULL). */
-static void gdpm_backward(const GdpDesc *d, const GdpModelIn *in, GdpModel *m, double *dq, double *dk, double *dv,
-                          double *dbeta, double *dg, double *dmask, double *dh0) {
+GDPM_OPTIONAL static void gdpm_backward(const GdpDesc *d, const GdpModelIn *in, GdpModel *m, double *dq, double *dk,
+                                        double *dv, double *dbeta, double *dg, double *dmask, double *dh0) {
     GdpPlan *p = &m->p;
     const int K = d->K, V = d->V, H = d->H, n = d->n, KP = p->KP, VP = p->VP;
     const double scale = d->scale != 0 ? d->scale : 1.0 / sqrt((double)K);
     /* dh pass (reverse) */
-    double *dS = (double *)malloc(sizeof(double) * K * V);
+    double *dS = (double *)malloc(sizeof(double) * K * V), *dSn = (double *)malloc(sizeof(double) * K * V);
     double *dDl = (double *)malloc(sizeof(double) * 64 * V);
     for (int s = 0; s < p->N; s++)
         for (int h = 0; h < H; h++) {
-            if (in->dht)
-                memcpy(dS, in->dht + ((int64_t)s * H + h) * K * V, sizeof(double) * K * V);
-            else
-                memset(dS, 0, sizeof(double) * K * V);
+            gdpm_state_of(dS, in->dht, s, h, d);
             for (int ci = m->seq[s + 1].c0 - 1; ci >= m->seq[s].c0; ci--) {
-                const GdpChunkInfo *ck = &m->chunk[ci];
                 int64_t ch = (int64_t)ci * H + h;
-                int ct = ck->ct, lc = n * ct;
-                double gL = exp(m->G[ch * p->sG + ct - 1]);
+                int lc = n * m->chunk[ci].ct;
                 for (int x = 0; x < K; x++)
                     for (int y = 0; y < V; y++) m->dh[ch * p->sH + (int64_t)x * VP + y] = dS[x * V + y];
+                gdpm_ddelta(d, in, m, ci, h, dS, dDl);
                 for (int i = 0; i < lc; i++)
-                    for (int y = 0; y < V; y++) {
-                        double acc = 0;
-                        for (int t = 0; t < ct; t++)
-                            acc += m->P[ch * p->sP + (int64_t)t * 64 + i] * in->d_o[((int64_t)(ck->tok0 + t) * H + h) * V + y];
-                        for (int x = 0; x < K; x++) acc += m->Kwd[ch * p->sW + (int64_t)i * KP + x] * dS[x * V + y];
-                        dDl[i * V + y] = acc;
-                        m->dD[ch * p->sD + (int64_t)i * VP + y] = acc;
-                    }
-                for (int x = 0; x < K; x++)
-                    for (int y = 0; y < V; y++) {
-                        double acc = gL * dS[x * V + y];
-                        for (int t = 0; t < ct; t++) {
-                            int64_t tk = (int64_t)(ck->tok0 + t) * H + h;
-                            acc += scale * exp(m->G[ch * p->sG + t]) * in->q[tk * K + x] * in->d_o[tk * V + y];
-                        }
-                        for (int i = 0; i < lc; i++) acc -= m->W[ch * p->sW + (int64_t)i * KP + x] * dDl[i * V + y];
-                        dS[x * V + y] = acc;
-                    }
+                    for (int y = 0; y < V; y++) m->dD[ch * p->sD + (int64_t)i * VP + y] = dDl[i * V + y];
+                gdpm_ds_step(d, in, m, ci, h, dS, dDl, dSn);
+                memcpy(dS, dSn, sizeof(double) * K * V);
             }
             if (dh0) memcpy(dh0 + ((int64_t)s * H + h) * K * V, dS, sizeof(double) * K * V);
         }
     free(dS);
+    free(dSn);
     free(dDl);
 
     GdpmChunk *c = (GdpmChunk *)malloc(sizeof(GdpmChunk));
