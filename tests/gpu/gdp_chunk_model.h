@@ -152,6 +152,46 @@ static void gdpm_state_of(double *S, const double *src, int s, int h, const GdpD
         memset(S, 0, sizeof(double) * kv);
 }
 
+/* The state pass's pieces for chunk-head (ci, h): Delta = U - f W S (rows < lc, into out[64][V]; f is
+ * 1, or the last chunk's gate where the lookahead makes U'), S = g S + Kwd^T Delta in place, and the
+ * lookahead's M[i][j] = <row i of W of chunk ci + 1, row j of Kwd of chunk ci> */
+static void gdpm_delta(const GdpDesc *d, const GdpModel *m, int ci, int h, const double *S, double f, double *out) {
+    const GdpPlan *p = &m->p;
+    const int K = d->K, V = d->V, KP = p->KP, VP = p->VP;
+    const int64_t ch = (int64_t)ci * d->H + h;
+    for (int i = 0; i < d->n * m->chunk[ci].ct; i++)
+        for (int y = 0; y < V; y++) {
+            double acc = m->U[ch * p->sU + (int64_t)i * VP + y];
+            for (int x = 0; x < K; x++) acc -= f * m->W[ch * p->sW + (int64_t)i * KP + x] * S[x * V + y];
+            out[i * V + y] = acc;
+        }
+}
+static void gdpm_state_step(const GdpDesc *d, const GdpModel *m, int ci, int h, double *S, const double *Dl) {
+    const GdpPlan *p = &m->p;
+    const int K = d->K, V = d->V, KP = p->KP;
+    const int64_t ch = (int64_t)ci * d->H + h;
+    const double gL = exp(m->G[ch * p->sG + m->chunk[ci].ct - 1]);
+    for (int x = 0; x < K; x++)
+        for (int y = 0; y < V; y++) {
+            double acc = gL * S[x * V + y];
+            for (int i = 0; i < d->n * m->chunk[ci].ct; i++) acc += m->Kwd[ch * p->sW + (int64_t)i * KP + x] * Dl[i * V + y];
+            S[x * V + y] = acc;
+        }
+}
+static double gdpm_m_entry(const GdpDesc *d, const GdpModel *m, int ci, int h, int i, int j) {
+    const GdpPlan *p = &m->p;
+    const int64_t ch = (int64_t)ci * d->H + h;
+    const double *w = m->W + (ch + d->H) * p->sW + (int64_t)i * p->KP, *kw = m->Kwd + ch * p->sW + (int64_t)j * p->KP;
+    double a = 0;
+    for (int x = 0; x < d->K; x++) a += w[x] * kw[x];
+    return a;
+}
+/* rows < rows of a [64][V] tile into chunk-head ch's rows of a workspace array (row stride VP) */
+static void gdpm_put_rows(double *dst, int64_t ch, int64_t per, int rows, const double *src, const GdpDesc *d, int VP) {
+    for (int i = 0; i < rows; i++)
+        for (int y = 0; y < d->V; y++) dst[ch * per + (int64_t)i * VP + y] = src[i * d->V + y];
+}
+
 /* Forward: fills G, W, Kwd, U, P, h, D; writes o [B,T,H,V] and ht (if non-NULL). */
 static void gdpm_forward(const GdpDesc *d, const GdpModelIn *in, GdpModel *m, double *o, double *ht) {
     GdpPlan *p = &m->p;
@@ -199,23 +239,10 @@ static void gdpm_forward(const GdpDesc *d, const GdpModelIn *in, GdpModel *m, do
             gdpm_state_of(S, in->h0, s, h, d);
             for (int ci = m->seq[s].c0; ci < m->seq[s + 1].c0; ci++) {
                 int64_t ch = (int64_t)ci * H + h;
-                int ct = m->chunk[ci].ct, lc = n * ct;
-                double gL = exp(m->G[ch * p->sG + ct - 1]);
-                for (int x = 0; x < K; x++)
-                    for (int y = 0; y < V; y++) m->h[ch * p->sH + (int64_t)x * VP + y] = S[x * V + y];
-                for (int i = 0; i < lc; i++)
-                    for (int y = 0; y < V; y++) {
-                        double acc = m->U[ch * p->sU + (int64_t)i * VP + y];
-                        for (int x = 0; x < K; x++) acc -= m->W[ch * p->sW + (int64_t)i * KP + x] * S[x * V + y];
-                        Dl[i * V + y] = acc;
-                        m->D[ch * p->sD + (int64_t)i * VP + y] = acc;
-                    }
-                for (int x = 0; x < K; x++)
-                    for (int y = 0; y < V; y++) {
-                        double acc = gL * S[x * V + y];
-                        for (int i = 0; i < lc; i++) acc += m->Kwd[ch * p->sW + (int64_t)i * KP + x] * Dl[i * V + y];
-                        S[x * V + y] = acc;
-                    }
+                gdpm_put_rows(m->h, ch, p->sH, K, S, d, VP);
+                gdpm_delta(d, m, ci, h, S, 1.0, Dl);
+                gdpm_put_rows(m->D, ch, p->sD, n * m->chunk[ci].ct, Dl, d, VP);
+                gdpm_state_step(d, m, ci, h, S, Dl);
             }
             if (ht) memcpy(ht + ((int64_t)s * H + h) * K * V, S, sizeof(double) * K * V);
         }
@@ -252,55 +279,28 @@ static void gdpm_forward(const GdpDesc *d, const GdpModelIn *in, GdpModel *m, do
 GDPM_OPTIONAL static void gdpm_state_lookahead(const GdpDesc *d, const double *h0, const GdpModel *m, double *h2, double *D2,
                                                double *ht2) {
     const GdpPlan *p = &m->p;
-    const int K = d->K, V = d->V, H = d->H, n = d->n, KP = p->KP, VP = p->VP;
+    const int K = d->K, V = d->V, H = d->H, n = d->n, VP = p->VP;
     double *S = (double *)malloc(sizeof(double) * K * V);
     double *Dc = (double *)malloc(sizeof(double) * 64 * V), *Dn = (double *)malloc(sizeof(double) * 64 * V);
     for (int s = 0; s < p->N; s++)
         for (int h = 0; h < H; h++) {
             gdpm_state_of(S, h0, s, h, d);
             const int c0 = m->seq[s].c0, c1 = m->seq[s + 1].c0;
-            if (c0 < c1) { /* the first chunk's Delta as the plain pass makes it */
-                const int64_t ch = (int64_t)c0 * H + h;
-                for (int i = 0; i < n * m->chunk[c0].ct; i++)
-                    for (int y = 0; y < V; y++) {
-                        double acc = m->U[ch * p->sU + (int64_t)i * VP + y];
-                        for (int x = 0; x < K; x++) acc -= m->W[ch * p->sW + (int64_t)i * KP + x] * S[x * V + y];
-                        Dc[i * V + y] = acc;
-                    }
-            }
+            if (c0 < c1) gdpm_delta(d, m, c0, h, S, 1.0, Dc); /* the first chunk's, as the plain pass */
             for (int ci = c0; ci < c1; ci++) {
                 const int64_t ch = (int64_t)ci * H + h;
                 const int lc = n * m->chunk[ci].ct;
-                const double gL = exp(m->G[ch * p->sG + m->chunk[ci].ct - 1]);
-                for (int x = 0; x < K; x++)
-                    for (int y = 0; y < V; y++) h2[ch * p->sH + (int64_t)x * VP + y] = S[x * V + y];
-                for (int i = 0; i < lc; i++)
-                    for (int y = 0; y < V; y++) D2[ch * p->sD + (int64_t)i * VP + y] = Dc[i * V + y];
-                if (ci + 1 < c1) { /* the next chunk's Delta from this chunk's state and Delta */
-                    const int64_t cn = ch + H;
-                    const int ln = n * m->chunk[ci + 1].ct;
-                    for (int i = 0; i < ln; i++) {
-                        const double *w = m->W + cn * p->sW + (int64_t)i * KP;
-                        double Mrow[64];
+                gdpm_put_rows(h2, ch, p->sH, K, S, d, VP);
+                gdpm_put_rows(D2, ch, p->sD, lc, Dc, d, VP);
+                if (ci + 1 < c1) { /* the next chunk's Delta: U' - M_c Delta_c */
+                    gdpm_delta(d, m, ci + 1, h, S, exp(m->G[ch * p->sG + m->chunk[ci].ct - 1]), Dn);
+                    for (int i = 0; i < n * m->chunk[ci + 1].ct; i++)
                         for (int j = 0; j < lc; j++) {
-                            double a = 0;
-                            for (int x = 0; x < K; x++) a += w[x] * m->Kwd[ch * p->sW + (int64_t)j * KP + x];
-                            Mrow[j] = a;
+                            const double mij = gdpm_m_entry(d, m, ci, h, i, j);
+                            for (int y = 0; y < V; y++) Dn[i * V + y] -= mij * Dc[j * V + y];
                         }
-                        for (int y = 0; y < V; y++) {
-                            double acc = m->U[cn * p->sU + (int64_t)i * VP + y];
-                            for (int x = 0; x < K; x++) acc -= gL * w[x] * S[x * V + y];
-                            for (int j = 0; j < lc; j++) acc -= Mrow[j] * Dc[j * V + y];
-                            Dn[i * V + y] = acc;
-                        }
-                    }
                 }
-                for (int x = 0; x < K; x++)
-                    for (int y = 0; y < V; y++) {
-                        double acc = gL * S[x * V + y];
-                        for (int i = 0; i < lc; i++) acc += m->Kwd[ch * p->sW + (int64_t)i * KP + x] * Dc[i * V + y];
-                        S[x * V + y] = acc;
-                    }
+                gdpm_state_step(d, m, ci, h, S, Dc);
                 double *t = Dc;
                 Dc = Dn, Dn = t;
             }
@@ -355,7 +355,7 @@ static void gdpm_ds_step(const GdpDesc *d, const GdpModelIn *in, const GdpModel 
 GDPM_OPTIONAL static void gdpm_dh_lookahead(const GdpDesc *d, const GdpModelIn *in, const GdpModel *m, double *dh2,
                                             double *dD2, double *dh02) {
     const GdpPlan *p = &m->p;
-    const int K = d->K, V = d->V, H = d->H, n = d->n, KP = p->KP, VP = p->VP;
+    const int K = d->K, V = d->V, H = d->H, n = d->n, VP = p->VP;
     double *dS = (double *)malloc(sizeof(double) * K * V), *dSn = (double *)malloc(sizeof(double) * K * V);
     double *Dc = (double *)malloc(sizeof(double) * 64 * V), *Dn = (double *)malloc(sizeof(double) * 64 * V);
     for (int s = 0; s < p->N; s++)
@@ -366,22 +366,16 @@ GDPM_OPTIONAL static void gdpm_dh_lookahead(const GdpDesc *d, const GdpModelIn *
             for (int ci = c1 - 1; ci >= c0; ci--) {
                 const int64_t ch = (int64_t)ci * H + h;
                 const int lc = n * m->chunk[ci].ct;
-                for (int x = 0; x < K; x++)
-                    for (int y = 0; y < V; y++) dh2[ch * p->sH + (int64_t)x * VP + y] = dS[x * V + y];
-                for (int i = 0; i < lc; i++)
-                    for (int y = 0; y < V; y++) dD2[ch * p->sD + (int64_t)i * VP + y] = Dc[i * V + y];
+                gdpm_put_rows(dh2, ch, p->sH, K, dS, d, VP);
+                gdpm_put_rows(dD2, ch, p->sD, lc, Dc, d, VP);
                 gdpm_ds_step(d, in, m, ci, h, dS, NULL, dSn); /* dS_{c-1} less its dDelta term, for dU' */
                 if (ci - 1 >= c0) { /* the earlier chunk's dDelta: dU' - M_{c-1}^T dDelta_c */
-                    const int64_t cq = ch - H;
                     gdpm_ddelta(d, in, m, ci - 1, h, dSn, Dn);
-                    for (int i = 0; i < n * m->chunk[ci - 1].ct; i++) {
-                        const double *kw = m->Kwd + cq * p->sW + (int64_t)i * KP;
+                    for (int i = 0; i < n * m->chunk[ci - 1].ct; i++)
                         for (int j = 0; j < lc; j++) {
-                            double mij = 0; /* M_{c-1}^T (i, j) = Kwd_{c-1} row i . W_c row j */
-                            for (int x = 0; x < K; x++) mij += kw[x] * m->W[ch * p->sW + (int64_t)j * KP + x];
-                            for (int y = 0; y < V; y++) Dn[i * V + y] -= mij * Dc[j * V + y];
+                            const double mji = gdpm_m_entry(d, m, ci - 1, h, j, i);
+                            for (int y = 0; y < V; y++) Dn[i * V + y] -= mji * Dc[j * V + y];
                         }
-                    }
                 }
                 gdpm_ds_step(d, in, m, ci, h, dS, Dc, dSn);
                 memcpy(dS, dSn, sizeof(double) * K * V);
@@ -412,11 +406,9 @@ GDPM_OPTIONAL static void gdpm_backward(const GdpDesc *d, const GdpModelIn *in, 
             for (int ci = m->seq[s + 1].c0 - 1; ci >= m->seq[s].c0; ci--) {
                 int64_t ch = (int64_t)ci * H + h;
                 int lc = n * m->chunk[ci].ct;
-                for (int x = 0; x < K; x++)
-                    for (int y = 0; y < V; y++) m->dh[ch * p->sH + (int64_t)x * VP + y] = dS[x * V + y];
+                gdpm_put_rows(m->dh, ch, p->sH, K, dS, d, VP);
                 gdpm_ddelta(d, in, m, ci, h, dS, dDl);
-                for (int i = 0; i < lc; i++)
-                    for (int y = 0; y < V; y++) m->dD[ch * p->sD + (int64_t)i * VP + y] = dDl[i * V + y];
+                gdpm_put_rows(m->dD, ch, p->sD, lc, dDl, d, VP);
                 gdpm_ds_step(d, in, m, ci, h, dS, dDl, dSn);
                 memcpy(dS, dSn, sizeof(double) * K * V);
             }
