@@ -29,8 +29,8 @@ LDLIBS   := $(HDF5_LIBS) $(MPI_LIBS) -fopenmp -lz -lm -lpthread
 
 ifneq ($(NVCC),)
 CFLAGS   += -DGDP_CUDA -I$(CUDA_HOME)/include
-NVCCFLAGS := -std=c++17 -O3 -lineinfo -DGDP_CUDA -I. $(HDF5_CFLAGS) $(MPI_CFLAGS) \
-             -gencode=arch=compute_$(GPU_ARCH:sm_%=%),code=[$(GPU_ARCH),compute_$(GPU_ARCH:sm_%=%)] \
+GENCODE  := -gencode=arch=compute_$(GPU_ARCH:sm_%=%),code=[$(GPU_ARCH),compute_$(GPU_ARCH:sm_%=%)]
+NVCCFLAGS = -std=c++17 -O3 -lineinfo -DGDP_CUDA -I. $(HDF5_CFLAGS) $(MPI_CFLAGS) $(GENCODE) \
              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC -MMD -MP $(EXTRA_NVCCFLAGS)
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++
 CU_SRC   := $(wildcard kernels/*.cu layers/*.cu core/*.cu)
@@ -81,6 +81,13 @@ $(BUILD)/obj/%.o: %.c
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# The GDP kernels' wgmma (k_state_wg) needs sm_90a, whose cubin then is the file's only Hopper code
+# (an sm_90 cubin beside it would leave the pick to the driver); the compute_90 PTX serves other GPUs,
+# where the host never takes k_state_wg.
+ifeq ($(GPU_ARCH),sm_90)
+$(BUILD)/obj/kernels/gated_deltaproduct.cu.o: GENCODE := -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
+endif
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libgdpcore.a
 	@mkdir -p $(@D)

@@ -42,6 +42,7 @@
 #include "kernels/gated_deltaproduct_common.h"
 #include "kernels/gdp_cuda_plan.h"
 #include "kernels/gdp_mma.cuh"
+#include "kernels/gdp_wgmma.cuh"
 
 namespace gdp {
 
@@ -1897,6 +1898,37 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
         state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
 }
 
+/* ---------------------------------------------------------------- 3c. state pass by V rows */
+/* Helpers of k_state_wg (below, after k_state_tma), which keeps the transposed state h^T in the
+ * accumulators and uses them as the next product's A operand. */
+
+/* an A fragment (16 rows, depth 16 ks .. 16 ks + 15) from a warp's fp32 accumulators whose columns
+ * are that depth (n8 tiles 2 ks and 2 ks + 1), rounded to bf16 */
+template <int NT> __device__ __forceinline__ void frag_a_of(const float (&F)[NT][4], int ks, uint32_t (&a)[4]) {
+    a[0] = bf16x2_bits(F[2 * ks][0], F[2 * ks][1]);
+    a[1] = bf16x2_bits(F[2 * ks][2], F[2 * ks][3]);
+    a[2] = bf16x2_bits(F[2 * ks + 1][0], F[2 * ks + 1][1]);
+    a[3] = bf16x2_bits(F[2 * ks + 1][2], F[2 * ks + 1][3]);
+}
+/* A fragments a[KS][4] (16 rows at column c0 of a tile, depth = the tile's rows 16 ks ..) stored
+ * transposed into rows 16 ks .. of the tile's columns c0 .. c0 + 15: the inverse of ldsm_a<true> */
+template <int KS> __device__ __forceinline__ void frags_a_store_t(RowMajor X, int c0, const uint32_t (&a)[KS][4]) {
+    const int lane = threadIdx.x & 31, mi = lane >> 3, lr = lane & 7;
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) stsm_x4_t(X.at(16 * ks + (mi >> 1) * 8 + lr, c0 + (mi & 1) * 8), a[ks][0], a[ks][1], a[ks][2], a[ks][3]);
+}
+/* rows r < nrows of ROWS rows x 16 columns of a shared tile (from s) to global rows (from g, stride
+ * ldg), by one warp, 16 bytes a move */
+template <int ROWS>
+__device__ __forceinline__ void warp_rows16_out(bf16_t *g, int64_t ldg, const bf16_t *s, int lds, int nrows = ROWS) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < ROWS / 16; i++) {
+        const int p = lane + 32 * i, r = p >> 1, c = (p & 1) * 8;
+        if (r < nrows) *(uint4 *)(g + r * ldg + c) = *(const uint4 *)(s + r * lds + c);
+    }
+}
+
 /* The output where the state pass does not make it (K 256; V tiles of 32): o = (scale e^G q) h +
  * P Delta for one chunk, with k_state_fast's products in its order (so the same bits as its output).
  * One CTA a chunk and head loads q and P once and walks the 64-wide V tiles with h's and Delta's tiles
@@ -2085,6 +2117,221 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
     }
     if (tid == 0) bulk_wait_all();
     state_frags_out(S, P.ht, P, st0, v0, tl.m2, tl.n2);
+}
+
+/* The state pass by V rows on wgmma (k_state_wg; K = KP = 128, V tile 128, sm_90a; GDP_STATE_WG=0
+ * turns it off). Every product of a step multiplies h or Delta from the left, so the V columns are
+ * independent: warpgroup g keeps rows 64 g .. + 63 of the V tile's transposed state h^T (V x K, fp32)
+ * as its m64n128 accumulator, and the step runs in transposed form with h^T or Delta^T as the A
+ * operand straight from the accumulators (an accumulator's adjacent pairs are an A fragment's
+ * register pairs): (W h)^T = h^T W^T and (q h)^T = h^T q^T (W, q K-major), Delta^T = U^T - (W h)^T
+ * (U^T by ldmatrix.trans), h'^T = gL h^T + Delta^T Kwd (Kwd MN-major) and o^T = qscale (q h)^T +
+ * Delta^T P^T (P K-major); B comes from the TMA's 128-byte-swizzled tiles, read once a warpgroup.
+ * No warp reads another's state or Delta: one barrier a step (k_state_fast has two with a chain
+ * through shared memory between them) and no bf16 copy of the state as an operand. h and Delta leave
+ * by tensor stores of block tiles (Sop, Dst) that each warp fills through its own 16 columns
+ * (stmatrix.trans); a store issued at a step's top has read its tile before the warps write it again
+ * (an mbarrier thread 0 arrives on after bulk_wait_read). o leaves through the warp's columns of a
+ * padded tile in 32-byte row pieces. It takes every state pass of its shapes (plain, saving, the
+ * backward's recompute), so saved and recomputed h and Delta are the same bits. H200, H 16, B 8
+ * (session 31): the plain forward's pass n_h 3 0.317 -> 0.202 ms, n_h 2 0.221 -> 0.152; the passes
+ * that store h and Delta unchanged (0.34-0.40, bound by those bytes). The same dataflow on mma.sync
+ * (branch wip/state-vt: each warp loads all of W, q, Kwd and P by ldmatrix) was no faster than
+ * k_state_fast: the step is bound by shared-memory reads, which wgmma's B cut fourfold. */
+template <int CTPO> struct StateWgSmem {
+    static constexpr int KP = 128, BV = 128, QR = CTPO > 0 ? CTPO : 16, LDO = BV + 8;
+    using T = StateTmaSmem<KP, BV, CTPO>;
+    static constexpr size_t STAGE = T::STAGE, SOP = 2 * STAGE, DST = SOP + (size_t)KP * BV * 2, OST = DST + (size_t)64 * BV * 2;
+    static constexpr size_t GS = OST + (size_t)CTPO * LDO * 2, BAR = GS + 2 * 64 * 4, BYTES = BAR + 32 + 1024;
+};
+template <int CTPO>
+__global__ void __launch_bounds__(NTHREADS, 1) k_state_wg(Params P, const __grid_constant__ StateTmaMaps M) {
+    constexpr int KP = 128, BV = 128, NQ = CTPO / 8;
+    using SM = StateWgSmem<CTPO>;
+    using TS = typename SM::T;
+    constexpr int QR = SM::QR, LDO = SM::LDO;
+    extern __shared__ __align__(1024) char smem_raw[];
+    char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H, tid = threadIdx.x;
+    const int vw = (tid >> 5) * 16, tq2 = 2 * (tid & 3);
+    auto part = [&](int b, size_t off) { return (bf16_t *)(smem + b * TS::STAGE + off); };
+    auto Wb = [&](int b) { return part(b, 0); };
+    auto Kb = [&](int b) { return part(b, TS::W); };
+    auto Ub = [&](int b) { return Swz128<64>{part(b, 2 * TS::W)}; };
+    auto Qb = [&](int b) { return part(b, 2 * TS::W + TS::U); };
+    auto Pb = [&](int b) { return part(b, 2 * TS::W + TS::U + TS::Q); };
+    const Swz128<KP> Sop{(bf16_t *)(smem + SM::SOP)};
+    const Swz128<64> Dst{(bf16_t *)(smem + SM::DST)};
+    bf16_t *Ost = (bf16_t *)(smem + SM::OST);
+    auto Gb = [&](int b) { return (float *)(smem + SM::GS) + b * 64; };
+    uint64_t *bar = (uint64_t *)(smem + SM::BAR); /* [0], [1]: the stages' loads; [2]: the stores have read Sop and Dst */
+    if (tid == 0) mbar_init(bar), mbar_init(bar + 1), mbar_init(bar + 2);
+    fence_mbar_init();
+    const int64_t st0 = ((int64_t)s * P.H + h) * P.K * P.V;
+    float S[KP / 8][4]; /* h^T */
+    frag_each(S, vw, 0, [&](int v, int k, float &x) {
+        x = P.h0 && k < P.K && v0 + v < P.V ? P.h0[st0 + (int64_t)k * P.V + v0 + v] : 0.f;
+    });
+    const bool store_hd = !CTPO || P.keep_hd;
+    auto h_out = [&]() { /* h^T's warp rows, rounded as the products take them, into Sop's columns */
+        uint32_t A[KP / 16][4];
+#pragma unroll
+        for (int ks = 0; ks < KP / 16; ks++) frag_a_of(S, ks, A[ks]);
+        const int lane = tid & 31, mi = lane >> 3, lr = lane & 7;
+#pragma unroll
+        for (int ks = 0; ks < KP / 16; ks++)
+            stsm_x4_t(Sop.at(16 * ks + (mi >> 1) * 8 + lr, vw + (mi & 1) * 8), A[ks][0], A[ks][1], A[ks][2], A[ks][3]);
+    };
+    if (store_hd) h_out();
+    const GdpSeqInfo si = P.seq[s];
+    const int cbeg = si.c0, cend = P.seq[s + 1].c0;
+    auto chunk_at = [&](int ci) { return seq_chunk(si, s, ci, P.Ct); };
+    auto prefetch = [&](int ci, int b) { /* thread 0 */
+        const int64_t ch = (int64_t)ci * P.H + h;
+        const int row = (int)(ch * 64);
+        mbar_expect_tx(bar + b, (uint32_t)(256 + 2 * TS::W + TS::U + TS::Q + TS::PT));
+        bulk_load(Gb(b), P.G + ch * GDP_CHUNK, 256, bar + b);
+#pragma unroll
+        for (int x = 0; x < KP; x += 64) {
+            tma_load_2d(Wb(b) + x * 64, &M.W, x, row, bar + b);
+            tma_load_2d(Kb(b) + x * 64, &M.Kwd, x, row, bar + b);
+        }
+#pragma unroll
+        for (int x = 0; x < BV; x += 64) tma_load_2d(Ub(b).p + x * 64, &M.U, v0 + x, row, bar + b);
+        if (CTPO) {
+            const GdpChunkInfo ck = chunk_at(ci);
+#pragma unroll
+            for (int x = 0; x < KP; x += 64) tma_load_3d(Qb(b) + x * QR, &M.q, x, h, ck.tok0, bar + b);
+            tma_load_2d(Pb(b), &M.P, 0, (int)(ch * P.Ctp), bar + b);
+        }
+    };
+    fence_proxy_async(); /* Sop's first writes before the first h store */
+    __syncthreads();     /* the barriers' init */
+    if (tid == 0 && cbeg < cend) prefetch(cbeg, 0);
+    GdpChunkInfo ck_next = cbeg < cend ? chunk_at(cbeg) : GdpChunkInfo{0, 0, 0, 0};
+    for (int ci = cbeg; ci < cend; ci++) {
+        const int it = ci - cbeg, b = it & 1;
+        const GdpChunkInfo ck = ck_next;
+        if (ci + 1 < cend) ck_next = chunk_at(ci + 1);
+        mbar_wait(bar + b, (it >> 1) & 1);
+        __syncthreads(); /* chunk ci's tiles, Sop (h of chunk ci) and Dst (Delta of chunk ci - 1) are complete; buffer b ^ 1 is free */
+        const int64_t ch = (int64_t)ci * P.H + h;
+        if (tid == 0) {
+            if (ci + 1 < cend) prefetch(ci + 1, b ^ 1);
+            if (store_hd) {
+#pragma unroll
+                for (int x = 0; x < BV; x += 64) {
+                    tma_store_2d(&M.h, v0 + x, (int)(ch * KP), Sop.p + x * KP);
+                    if (it > 0) tma_store_2d(&M.D, v0 + x, (int)((ch - P.H) * 64), Dst.p + x * 64);
+                }
+                bulk_commit();
+            }
+        }
+        const uint32_t wa = smem_addr(Wb(b)), ka = smem_addr(Kb(b)), qa = smem_addr(Qb(b)), pa = smem_addr(Pb(b));
+        float X[8][4]; /* (W h)^T: the warp's 16 V rows x 64 chunk rows */
+        [[maybe_unused]] float O[NQ > 0 ? NQ : 2][4];
+        frag_zero(X);
+        uint32_t A[KP / 16][4];
+#pragma unroll
+        for (int ks = 0; ks < KP / 16; ks++) frag_a_of(S, ks, A[ks]);
+        wgmma_fence_regs(A);
+        wgmma_fence_acc(X);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < KP / 16; ks++) /* W: 64 rows x 128 bytes a box, k 64 a box */
+            Wgmma<64, 0>::run(X, A[ks], wgmma_desc(wa + (ks >> 2) * 8192 + (ks & 3) * 32, 16, 1024));
+        if constexpr (CTPO > 0) {
+            frag_zero(O);
+            wgmma_fence_acc(O);
+#pragma unroll
+            for (int ks = 0; ks < KP / 16; ks++)
+                Wgmma<CTPO, 0>::run(O, A[ks], wgmma_desc(qa + (ks >> 2) * (QR * 128) + (ks & 3) * 32, 16, 1024));
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_acc(X);
+        const float *G = Gb(b);
+        if constexpr (CTPO > 0) {
+            wgmma_fence_acc(O);
+#pragma unroll
+            for (int nt = 0; nt < NQ; nt++) { /* o's row scale, here a column's */
+                const float f0 = o_row_scale(P, G, ck.ct, 8 * nt + tq2), f1 = o_row_scale(P, G, ck.ct, 8 * nt + tq2 + 1);
+                O[nt][0] *= f0, O[nt][1] *= f1, O[nt][2] *= f0, O[nt][3] *= f1;
+            }
+            wgmma_fence_acc(O);
+        }
+        const Swz128<64> U = Ub(b);
+        uint32_t DA[4][4]; /* Delta^T = U^T - (W h)^T in bf16 */
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            uint32_t u[4];
+            ldsm_a<true>(u, U, vw, 16 * np);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u[i]));
+                const float *x = X[2 * np + (i >> 1)] + 2 * (i & 1);
+                DA[np][i] = bf16x2_bits(f.x - x[0], f.y - x[1]);
+            }
+        }
+        const float gL = gate_exp(G[ck.ct - 1]);
+#pragma unroll
+        for (int nt = 0; nt < KP / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) S[nt][e] *= gL;
+        wgmma_fence_regs(DA);
+        wgmma_fence_acc(S);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) /* Kwd MN-major: rows t 16 ks .., k 64 a box (8192 bytes) */
+            Wgmma<KP, 1>::run(S, DA[ks], wgmma_desc(ka + ks * 2048, 8192, 1024));
+        if constexpr (CTPO > 0) {
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) /* P: QR rows x 128 bytes (64 chunk rows) */
+                Wgmma<CTPO, 0>::run(O, DA[ks], wgmma_desc(pa + ks * 32, 16, 1024));
+        }
+        wgmma_commit();
+        const int lane = tid & 31, mi = lane >> 3, lr = lane & 7;
+        if (store_hd) { /* Delta into Dst's columns once the last stores have read it */
+            if (tid == 0) {
+                bulk_wait_read();
+                asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar + 2)) : "memory");
+            }
+            mbar_wait(bar + 2, it & 1);
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++)
+                stsm_x4_t(Dst.at(16 * ks + (mi >> 1) * 8 + lr, vw + (mi & 1) * 8), DA[ks][0], DA[ks][1], DA[ks][2], DA[ks][3]);
+        }
+        wgmma_wait<0>();
+        wgmma_fence_acc(S);
+        if constexpr (CTPO > 0) { /* o's rows t < ct through the warp's columns of Ost */
+            wgmma_fence_acc(O);
+            uint32_t OA[CTPO / 16][4];
+#pragma unroll
+            for (int ks = 0; ks < CTPO / 16; ks++) frag_a_of(O, ks, OA[ks]);
+            frags_a_store_t(RowMajor{Ost, LDO}, vw, OA);
+            __syncwarp();
+            warp_rows16_out<CTPO>((bf16_t *)P.o + ((int64_t)ck.tok0 * P.H + h) * P.V + v0 + vw, (int64_t)P.H * P.V, Ost + vw, LDO,
+                                  ck.ct);
+        }
+        if (store_hd) {
+            h_out(); /* h of chunk ci + 1 */
+            fence_proxy_async(); /* Sop's and Dst's writes before the stores that read them */
+        }
+        __syncwarp();
+    }
+    if (store_hd && cend > cbeg) { /* the last chunk's Delta */
+        __syncthreads();
+        if (tid == 0) {
+#pragma unroll
+            for (int x = 0; x < BV; x += 64) tma_store_2d(&M.D, v0 + x, (int)(((int64_t)(cend - 1) * P.H + h) * 64), Dst.p + x * 64);
+            bulk_commit();
+        }
+    }
+    if (tid == 0) bulk_wait_all();
+    if (P.ht)
+        frag_each(S, vw, 0, [&](int v, int k, float &x) {
+            if (k < P.K && v0 + v < P.V) P.ht[st0 + (int64_t)k * P.V + v0 + v] = x;
+        });
 }
 
 /* At K 256 q has one buffer (QONE, as k_state_fast's): chunk ci's q is loaded once every warp is
@@ -3971,6 +4218,18 @@ static void (*state_fast_kernel(int KP, int bv, int ns, int ctpo))(Params) {
 #undef GDP_SO
     return nullptr;
 }
+/* k_state_wg where it runs: compute capability 9.0 (its code is sm_90a's), unless GDP_STATE_WG=0 */
+static bool state_wg_on() {
+    const char *e = getenv("GDP_STATE_WG");
+    return !(e && *e == '0') && device_attr(cudaDevAttrComputeCapabilityMajor, 0) == 9 &&
+           device_attr(cudaDevAttrComputeCapabilityMinor, 0) == 0;
+}
+static void (*state_wg_kernel(int ctpo))(Params, StateTmaMaps) {
+    return ctpo == 0 ? k_state_wg<0> : ctpo == 16 ? k_state_wg<16> : ctpo == 32 ? k_state_wg<32> : ctpo == 64 ? k_state_wg<64> : nullptr;
+}
+static size_t state_wg_smem(int ctpo) {
+    return ctpo == 0 ? StateWgSmem<0>::BYTES : ctpo == 16 ? StateWgSmem<16>::BYTES : ctpo == 32 ? StateWgSmem<32>::BYTES : StateWgSmem<64>::BYTES;
+}
 static size_t state_fast_smem(int KP, int bv, int ns, int ctpo) {
 #define GDP_SS(kp, b, c) \
     if (KP == kp && bv == b && ctpo == c) return StateFastSmem<kp, b, c>::bytes(ns);
@@ -4275,6 +4534,13 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
                              ? pl.Ctp
                              : 0;
         P.fast_out = ctpo != 0;
+        /* k_state_vt wherever it applies (every state pass of the shape, so that saved and recomputed
+         * h and Delta are the same bits); GDP_STATE_VT=0 keeps k_state_fast and k_state_tma */
+        StateTmaMaps wg_maps;
+        if (state_wg_on() && fast_bv == 128 && ns == 2 && pl.K == 128 && pl.KP == 128 && pl.V == pl.VP && P.veck &&
+            state_wg_kernel(ctpo) && state_wg_smem(ctpo) <= (size_t)limit && state_tma_maps(pl, P, ctpo, wg_maps))
+            return launch(who, "k_state_wg", state_wg_kernel(ctpo), dim3(P.N * P.H, pl.VP / 128), state_wg_smem(ctpo), st, P,
+                          wg_maps);
         StateTmaMaps maps;
         if (seq_tma(P.keep_hd) && pl.K == 128 && pl.KP == 128 && pl.V == pl.VP && P.veck && ns == 2 &&
             state_tma_kernel(fast_bv, ctpo) && state_tma_smem(fast_bv, ctpo) <= (size_t)limit &&

@@ -61,6 +61,15 @@ __device__ __forceinline__ void stsm_x4(void *ptr, uint32_t r0, uint32_t r1, uin
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(a), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
                  : "memory");
 }
+/* the same with each 8 x 8 matrix stored transposed: register i's pair (row l >> 2, columns 2 (l & 3)
+ * and + 1 of matrix i) goes to rows 2 (l & 3) and + 1 of column l >> 2, lane l giving the address of
+ * stored row l & 7 of matrix l >> 3 (the inverse of ldsm_x4_t) */
+__device__ __forceinline__ void stsm_x4_t(void *ptr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(ptr);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(a), "r"(r0), "r"(r1), "r"(r2),
+                 "r"(r3)
+                 : "memory");
+}
 __device__ __forceinline__ void mma_bf16(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "

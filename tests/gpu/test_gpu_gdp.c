@@ -583,8 +583,19 @@ GPU_TEST(state_pass_output) {
  * 32 at n 3, varlen) on the same shapes; those they do not take (K or V 100) keep the other kernels. */
 GPU_TEST(state_pass_tma) {
     setenv("GDP_STATE_TMA", "1", 1);
+    setenv("GDP_STATE_WG", "0", 1); /* at V tile 128 k_state_wg comes first */
     cases_per_env(failures, state_cases, GDP_ARRAY_LEN(state_cases), 6000, "GDP_BV_STATE", state_bvs, 2);
     unsetenv("GDP_STATE_TMA");
+    unsetenv("GDP_STATE_WG");
+}
+
+/* At K 128 and V tile 128 every state pass is k_state_wg (state_pass_output runs it); here the same
+ * shapes with it off, so that k_state_fast's merged step at V tile 128 stays covered */
+GPU_TEST(state_pass_fast_128) {
+    static const char *const bv128[1] = {"128"};
+    setenv("GDP_STATE_WG", "0", 1);
+    cases_per_env(failures, state_cases, GDP_ARRAY_LEN(state_cases), 6500, "GDP_BV_STATE", bv128, 1);
+    unsetenv("GDP_STATE_WG");
 }
 
 /* The output kernel, where the state pass does not make o: the fast one (k_output_fast) under V tile
@@ -728,18 +739,22 @@ static void env_set_or_unset(const char *name, const char *value) {
  * cases in separate runs */
 static int sanitize_main(const char *only) {
     int failures = 0;
-    /* each case with the GDP_BV_STATE and GDP_STATE_TMA it runs under (NULL: unset) */
-    const struct { RandCase rc; const char *bv_state, *state_tma; } cs[] = {
-        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 32, 32, 3, 1, 1, 2}, NULL, NULL},
-        {{GDP_MODE_SPLIT, 1, 40, 1, 64, 32, 2, 1, 1, 0}, NULL, NULL},
-        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 64, 2, 1, 1, 2}, NULL, NULL},  /* the bf16 fast kernels */
-        {{GDP_MODE_SPLIT, 1, 50, 1, 128, 64, 2, 1, 1, 0}, NULL, NULL},        /* the same, split mode */
-        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 2, 1, 1, 2}, "64", NULL}, /* o made by the state pass, V tile 64 */
-        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, "128", NULL}, /* the same at V tile 128 */
-        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 2, 1, 1, 2}, "64", "1"},  /* the state pass by tensor copies, V tile 64 */
-        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, "128", "1"}, /* the same at V tile 128 */
-        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 256, 128, 2, 1, 1, 2}, NULL, NULL}, /* K 256: the output by k_output_fast */
-        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 256, 128, 3, 1, 1, 2}, "64", NULL}, /* K 256, V tile 64: o by the state pass */
+    /* each case with the GDP_BV_STATE (and GDP_BV_DH), GDP_STATE_TMA and GDP_STATE_WG it runs under
+     * (NULL: unset) */
+    const struct { RandCase rc; const char *bv_state, *state_tma, *state_wg; } cs[] = {
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 32, 32, 3, 1, 1, 2}, NULL, NULL, NULL},
+        {{GDP_MODE_SPLIT, 1, 40, 1, 64, 32, 2, 1, 1, 0}, NULL, NULL, NULL},
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 64, 2, 1, 1, 2}, NULL, NULL, NULL},  /* the bf16 fast kernels */
+        {{GDP_MODE_SPLIT, 1, 50, 1, 128, 64, 2, 1, 1, 0}, NULL, NULL, NULL},        /* the same, split mode */
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 2, 1, 1, 2}, "64", NULL, NULL}, /* o made by the state pass, V tile 64 */
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, "128", NULL, NULL}, /* the same at V tile 128 (k_state_wg) */
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 2, 1, 1, 2}, "64", "1", NULL},  /* the state pass by tensor copies, V tile 64 */
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, "128", "1", "0"},  /* the same at V tile 128 */
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 256, 128, 2, 1, 1, 2}, NULL, NULL, NULL}, /* K 256: the output by k_output_fast */
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 256, 128, 3, 1, 1, 2}, "64", NULL, NULL}, /* K 256, V tile 64: o by the state pass */
+        /* added after the others so that their seeds stay */
+        {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, "128", NULL, "0"}, /* k_state_fast at V tile 128 */
+        {{GDP_MODE_SPLIT, 1, 50, 1, 64, 128, 2, 1, 1, 0}, "128", NULL, NULL},       /* K 64, split mode, V tile 128 */
     };
     unsigned char pick[GDP_ARRAY_LEN(cs)];
     memset(pick, only ? 0 : 1, sizeof pick);
@@ -751,6 +766,8 @@ static int sanitize_main(const char *only) {
         rand_make(&cs[i].rc, 9 + i, &r);
         env_set_or_unset("GDP_BV_STATE", cs[i].bv_state);
         env_set_or_unset("GDP_STATE_TMA", cs[i].state_tma);
+        env_set_or_unset("GDP_STATE_WG", cs[i].state_wg);
+        env_set_or_unset("GDP_BV_DH", cs[i].bv_state); /* the dh pass at the same V tile */
         for (int di = 0; di < 2; di++) {
             GdpDesc d = r.d;
             d.dtype = di ? GDP_BF16 : GDP_F32;
@@ -767,6 +784,8 @@ static int sanitize_main(const char *only) {
     }
     unsetenv("GDP_BV_STATE");
     unsetenv("GDP_STATE_TMA");
+    unsetenv("GDP_STATE_WG");
+    unsetenv("GDP_BV_DH");
     printf("sanitize run: %s\n", failures ? "FAILED" : "done");
     return failures ? 1 : 0;
 }
