@@ -2007,6 +2007,34 @@ template <int KP, int BV, int CTPO> struct StateTmaSmem {
     static constexpr size_t BYTES = BAR + 16 + 1024;    /* + the alignment of the base to 1024 */
 };
 
+/* Thread 0: chunk ci's G (into G) and W, Kwd, U (and with the output q, P) into a stage of
+ * StateTmaSmem's layout by tensor copies, completing on bar; chunk() gives the chunk's tokens */
+template <int KP, int BV, int CTPO, class Chunk>
+__device__ __forceinline__ void state_tma_prefetch(const Params &P, const StateTmaMaps &M, char *stage, float *G, uint64_t *bar,
+                                                   int ci, int h, int v0, Chunk chunk) {
+    using SM = StateTmaSmem<KP, BV, CTPO>;
+    constexpr int QR = CTPO > 0 ? CTPO : 16;
+    bf16_t *W = (bf16_t *)stage, *Kwd = (bf16_t *)(stage + SM::W), *U = (bf16_t *)(stage + 2 * SM::W),
+           *Q = (bf16_t *)(stage + 2 * SM::W + SM::U), *Pt = (bf16_t *)(stage + 2 * SM::W + SM::U + SM::Q);
+    const int64_t ch = (int64_t)ci * P.H + h;
+    const int row = (int)(ch * 64);
+    mbar_expect_tx(bar, (uint32_t)(256 + 2 * SM::W + SM::U + SM::Q + SM::PT));
+    bulk_load(G, P.G + ch * GDP_CHUNK, 256, bar);
+#pragma unroll
+    for (int x = 0; x < KP; x += 64) {
+        tma_load_2d(W + x * 64, &M.W, x, row, bar);
+        tma_load_2d(Kwd + x * 64, &M.Kwd, x, row, bar);
+    }
+#pragma unroll
+    for (int x = 0; x < BV; x += 64) tma_load_2d(U + x * 64, &M.U, v0 + x, row, bar);
+    if (CTPO) {
+        const GdpChunkInfo ck = chunk();
+#pragma unroll
+        for (int x = 0; x < KP; x += 64) tma_load_3d(Q + x * QR, &M.q, x, h, ck.tok0, bar);
+        tma_load_2d(Pt, &M.P, 0, (int)(ch * P.Ctp), bar);
+    }
+}
+
 template <int KP, int BV, int CTPO>
 __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_tma(Params P, const __grid_constant__ StateTmaMaps M) {
     using SM = StateTmaSmem<KP, BV, CTPO>;
@@ -2039,23 +2067,7 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
     const int cbeg = si.c0, cend = P.seq[s + 1].c0;
     auto chunk_at = [&](int ci) { return seq_chunk(si, s, ci, P.Ct); };
     auto prefetch = [&](int ci, int b) { /* thread 0 */
-        const int64_t ch = (int64_t)ci * P.H + h;
-        const int row = (int)(ch * 64);
-        mbar_expect_tx(bar + b, (uint32_t)(256 + 2 * SM::W + SM::U + SM::Q + SM::PT));
-        bulk_load(Gb(b), P.G + ch * GDP_CHUNK, 256, bar + b);
-#pragma unroll
-        for (int x = 0; x < KP; x += 64) {
-            tma_load_2d(Wb(b).p + x * 64, &M.W, x, row, bar + b);
-            tma_load_2d(Kb(b).p + x * 64, &M.Kwd, x, row, bar + b);
-        }
-#pragma unroll
-        for (int x = 0; x < BV; x += 64) tma_load_2d(Ub(b).p + x * 64, &M.U, v0 + x, row, bar + b);
-        if (CTPO) {
-            const GdpChunkInfo ck = chunk_at(ci);
-#pragma unroll
-            for (int x = 0; x < KP; x += 64) tma_load_3d(Qb(b).p + x * QR, &M.q, x, h, ck.tok0, bar + b);
-            tma_load_2d(Pb(b).p, &M.P, 0, (int)(ch * P.Ctp), bar + b);
-        }
+        state_tma_prefetch<KP, BV, CTPO>(P, M, smem + b * SM::STAGE, Gb(b), bar + b, ci, h, v0, [&] { return chunk_at(ci); });
     };
     fence_proxy_async(); /* Sop's first writes before the first h store */
     __syncthreads();     /* the barriers' init */
@@ -2187,23 +2199,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_state_wg(Params P, const __grid
     const int cbeg = si.c0, cend = P.seq[s + 1].c0;
     auto chunk_at = [&](int ci) { return seq_chunk(si, s, ci, P.Ct); };
     auto prefetch = [&](int ci, int b) { /* thread 0 */
-        const int64_t ch = (int64_t)ci * P.H + h;
-        const int row = (int)(ch * 64);
-        mbar_expect_tx(bar + b, (uint32_t)(256 + 2 * TS::W + TS::U + TS::Q + TS::PT));
-        bulk_load(Gb(b), P.G + ch * GDP_CHUNK, 256, bar + b);
-#pragma unroll
-        for (int x = 0; x < KP; x += 64) {
-            tma_load_2d(Wb(b) + x * 64, &M.W, x, row, bar + b);
-            tma_load_2d(Kb(b) + x * 64, &M.Kwd, x, row, bar + b);
-        }
-#pragma unroll
-        for (int x = 0; x < BV; x += 64) tma_load_2d(Ub(b).p + x * 64, &M.U, v0 + x, row, bar + b);
-        if (CTPO) {
-            const GdpChunkInfo ck = chunk_at(ci);
-#pragma unroll
-            for (int x = 0; x < KP; x += 64) tma_load_3d(Qb(b) + x * QR, &M.q, x, h, ck.tok0, bar + b);
-            tma_load_2d(Pb(b), &M.P, 0, (int)(ch * P.Ctp), bar + b);
-        }
+        state_tma_prefetch<KP, BV, CTPO>(P, M, smem + b * TS::STAGE, Gb(b), bar + b, ci, h, v0, [&] { return chunk_at(ci); });
     };
     fence_proxy_async(); /* Sop's first writes before the first h store */
     __syncthreads();     /* the barriers' init */
