@@ -4530,8 +4530,8 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
                              ? pl.Ctp
                              : 0;
         P.fast_out = ctpo != 0;
-        /* k_state_vt wherever it applies (every state pass of the shape, so that saved and recomputed
-         * h and Delta are the same bits); GDP_STATE_VT=0 keeps k_state_fast and k_state_tma */
+        /* k_state_wg wherever it applies (every state pass of the shape, so that saved and recomputed
+         * h and Delta are the same bits); GDP_STATE_WG=0 keeps k_state_fast and k_state_tma */
         StateTmaMaps wg_maps;
         if (state_wg_on() && fast_bv == 128 && ns == 2 && pl.K == 128 && pl.KP == 128 && pl.V == pl.VP && P.veck &&
             state_wg_kernel(ctpo) && state_wg_smem(ctpo) <= (size_t)limit && state_tma_maps(pl, P, ctpo, wg_maps))
