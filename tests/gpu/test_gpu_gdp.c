@@ -739,8 +739,7 @@ static void env_set_or_unset(const char *name, const char *value) {
  * cases in separate runs */
 static int sanitize_main(const char *only) {
     int failures = 0;
-    /* each case with the GDP_BV_STATE (and GDP_BV_DH), GDP_STATE_TMA and GDP_STATE_WG it runs under
-     * (NULL: unset) */
+    /* each case with the GDP_BV_STATE, GDP_STATE_TMA and GDP_STATE_WG it runs under (NULL: unset) */
     const struct { RandCase rc; const char *bv_state, *state_tma, *state_wg; } cs[] = {
         {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 32, 32, 3, 1, 1, 2}, NULL, NULL, NULL},
         {{GDP_MODE_SPLIT, 1, 40, 1, 64, 32, 2, 1, 1, 0}, NULL, NULL, NULL},
@@ -767,7 +766,6 @@ static int sanitize_main(const char *only) {
         env_set_or_unset("GDP_BV_STATE", cs[i].bv_state);
         env_set_or_unset("GDP_STATE_TMA", cs[i].state_tma);
         env_set_or_unset("GDP_STATE_WG", cs[i].state_wg);
-        env_set_or_unset("GDP_BV_DH", cs[i].bv_state); /* the dh pass at the same V tile */
         for (int di = 0; di < 2; di++) {
             GdpDesc d = r.d;
             d.dtype = di ? GDP_BF16 : GDP_F32;
@@ -785,7 +783,6 @@ static int sanitize_main(const char *only) {
     unsetenv("GDP_BV_STATE");
     unsetenv("GDP_STATE_TMA");
     unsetenv("GDP_STATE_WG");
-    unsetenv("GDP_BV_DH");
     printf("sanitize run: %s\n", failures ? "FAILED" : "done");
     return failures ? 1 : 0;
 }
