@@ -1912,7 +1912,7 @@ template <int NT> __device__ __forceinline__ void frag_a_of(const float (&F)[NT]
 }
 /* A fragments a[KS][4] (16 rows at column c0 of a tile, depth = the tile's rows 16 ks ..) stored
  * transposed into rows 16 ks .. of the tile's columns c0 .. c0 + 15: the inverse of ldsm_a<true> */
-template <int KS> __device__ __forceinline__ void frags_a_store_t(RowMajor X, int c0, const uint32_t (&a)[KS][4]) {
+template <int KS, class View> __device__ __forceinline__ void frags_a_store_t(View X, int c0, const uint32_t (&a)[KS][4]) {
     const int lane = threadIdx.x & 31, mi = lane >> 3, lr = lane & 7;
 #pragma unroll
     for (int ks = 0; ks < KS; ks++) stsm_x4_t(X.at(16 * ks + (mi >> 1) * 8 + lr, c0 + (mi & 1) * 8), a[ks][0], a[ks][1], a[ks][2], a[ks][3]);
@@ -2189,10 +2189,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_state_wg(Params P, const __grid
         uint32_t A[KP / 16][4];
 #pragma unroll
         for (int ks = 0; ks < KP / 16; ks++) frag_a_of(S, ks, A[ks]);
-        const int lane = tid & 31, mi = lane >> 3, lr = lane & 7;
-#pragma unroll
-        for (int ks = 0; ks < KP / 16; ks++)
-            stsm_x4_t(Sop.at(16 * ks + (mi >> 1) * 8 + lr, vw + (mi & 1) * 8), A[ks][0], A[ks][1], A[ks][2], A[ks][3]);
+        frags_a_store_t(Sop, vw, A);
     };
     if (store_hd) h_out();
     const GdpSeqInfo si = P.seq[s];
@@ -2286,16 +2283,13 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_state_wg(Params P, const __grid
                 Wgmma<CTPO, 0>::run(O, DA[ks], wgmma_desc(pa + ks * 32, 16, 1024));
         }
         wgmma_commit();
-        const int lane = tid & 31, mi = lane >> 3, lr = lane & 7;
         if (store_hd) { /* Delta into Dst's columns once the last stores have read it */
             if (tid == 0) {
                 bulk_wait_read();
                 asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar + 2)) : "memory");
             }
             mbar_wait(bar + 2, it & 1);
-#pragma unroll
-            for (int ks = 0; ks < 4; ks++)
-                stsm_x4_t(Dst.at(16 * ks + (mi >> 1) * 8 + lr, vw + (mi & 1) * 8), DA[ks][0], DA[ks][1], DA[ks][2], DA[ks][3]);
+            frags_a_store_t(Dst, vw, DA);
         }
         wgmma_wait<0>();
         wgmma_fence_acc(S);
