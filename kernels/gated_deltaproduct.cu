@@ -1349,13 +1349,18 @@ __device__ __forceinline__ void frag_a_scale_pairs(uint32_t (&a)[4], float s0, f
         a[i] = *reinterpret_cast<const uint32_t *>(&r);
     }
 }
-/* Split mode (n a power of two): M[a, b] of head h for the slices a of this thread's register pairs
- * (depths or columns 2 tq and 2 tq + 1, mod n), the factors frag_a_scale_pairs and the products'
- * column scalings take */
-__device__ __forceinline__ float2 mask_pair(const Params &P, int h, int b, int n) {
+/* Split mode (n a power of two): the slices of this thread's register pair in a fragment, depths or
+ * columns 2 tq and 2 tq + 1 mod n */
+__device__ __forceinline__ int2 pair_slices(int n) {
     const int tq = threadIdx.x & 3;
+    return make_int2((2 * tq) & (n - 1), (2 * tq + 1) & (n - 1));
+}
+/* M[a, b] of head h for the slices a of this thread's register pairs, the factors
+ * frag_a_scale_pairs and the products' column scalings take */
+__device__ __forceinline__ float2 mask_pair(const Params &P, int h, int b, int n) {
+    const int2 a = pair_slices(n);
     const float *Mb = P.mask + (int64_t)h * n * n + b; /* M[a, b] at Mb[a n] */
-    return make_float2(__ldg(Mb + ((2 * tq) & (n - 1)) * n), __ldg(Mb + ((2 * tq + 1) & (n - 1)) * n));
+    return make_float2(__ldg(Mb + a.x * n), __ldg(Mb + a.y * n));
 }
 /* row tile m (16 rows) of A at depth k0 as an mma A fragment: A row-major [m][k] (AT false) or stored
  * transposed as [k][m] (AT true) */
@@ -1503,19 +1508,19 @@ template <int KP, int CTP, bool RAW> __global__ void __launch_bounds__(NTHREADS,
     auto keys_product = [&](float(&acc)[2][4], const bf16_t *Aop, int m0, int n0, auto rowm) {
         if constexpr (!keys_raw) {
             warp_mma<2, false, true>(acc, Aop, LDK, Kw, LDK, KP, m0, n0);
-            return;
-        }
-        const int tq = tid & 3;
+        } else {
 #pragma unroll 1
-        for (int b = 0; b < n; b++) {
-            float tmp[2][4];
-            frag_zero(tmp);
-            warp_mma<2, false, true>(tmp, Aop + b * sw, LDK, Kw + b * sw, LDK, sw, m0, n0);
-            const float f = rowm(b), f0 = ((2 * tq) & (n - 1)) == b ? f : 0.f, f1 = ((2 * tq + 1) & (n - 1)) == b ? f : 0.f;
+            for (int b = 0; b < n; b++) {
+                float tmp[2][4];
+                frag_zero(tmp);
+                warp_mma<2, false, true>(tmp, Aop + b * sw, LDK, Kw + b * sw, LDK, sw, m0, n0);
+                const int2 ab = pair_slices(n);
+                const float f = rowm(b), f0 = ab.x == b ? f : 0.f, f1 = ab.y == b ? f : 0.f;
 #pragma unroll
-            for (int nt = 0; nt < 2; nt++)
+                for (int nt = 0; nt < 2; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[nt][e] += (e & 1 ? f1 : f0) * tmp[nt][e];
+                    for (int e = 0; e < 4; e++) acc[nt][e] += (e & 1 ? f1 : f0) * tmp[nt][e];
+            }
         }
     };
     if (tid < 64) {
@@ -3818,7 +3823,8 @@ template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(
                  * M[a, b] on Dp's rows, the contracted rows (t, a) */
                 const int bsl = slice_of(P, c0);
                 const float2 q = mask_pair(P, c.h, bsl, NL);
-                const float w0 = ((2 * tq) & (NL - 1)) == bsl ? 1.f : 0.f, w1 = ((2 * tq + 1) & (NL - 1)) == bsl ? 1.f : 0.f;
+                const int2 ab = pair_slices(NL);
+                const float w0 = ab.x == bsl ? 1.f : 0.f, w1 = ab.y == bsl ? 1.f : 0.f;
                 warp_mma_rows<2, 4>(
                     EQ,
                     [&](int mt, int k0, uint32_t(&a)[4]) {
