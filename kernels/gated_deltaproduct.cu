@@ -60,6 +60,7 @@ struct Params {
     bool fuse_out;   /* forward: the state pass writes o (and no h, Delta) */
     bool fast_out;   /* forward: k_state_fast writes o (k_output is not run) */
     bool keep_hd;    /* k_state_fast with the output: store h and Delta too (the forward saves them) */
+    bool dw_discard; /* k_bwd_ab: drop each chunk's dW and dK_w lines from L2 once read (never written back) */
     int ninv;        /* 65536/n + 1: p/n == (p*ninv) >> 16 exactly for p < 64 */
     int sinv;        /* split mode: 65536/(K/n) + 1: x/(K/n) == (x*sinv) >> 16 exactly for x < 256 */
     bool wsl8;       /* split mode: the slice width K/n is a multiple of 8 */
@@ -2979,13 +2980,10 @@ template <int CTP> struct BwdAKresSmem {
     static constexpr size_t BYTES = NSCAL * 4 + 2 * ((size_t)(2 * 64 + CTP) * LDV + (size_t)(CTP + 64) * LDK + 2 * STAGE + CTP * LDT);
 };
 
-template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_kres(Params P) {
+template <int CTP> __device__ __forceinline__ void bwd_a_kres_chunk(const Params &P, const ChunkCtx &c, char *smem) {
     using SM = BwdAKresSmem<CTP>;
     constexpr int QW = SM::QW, NTQ = QW / 8, QCT = SM::QCT, LDK = SM::LDK, LDV = SM::LDV;
     constexpr bool QSPLIT = (CTP / 16) * QCT == 4;
-    extern __shared__ __align__(16) char smem[];
-    ChunkCtx c;
-    if (!chunk_ctx(P, c)) return;
     const int ct = c.ct, lc = c.lc, nvt = P.nvt, NS = 2 * nvt;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     float *Gs = (float *)smem, *rowf = Gs + 64, *qf = rowf + 64, *red = qf + 64, *pst = red + 8, *pga = pst + 128,
@@ -3093,6 +3091,11 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_kres(P
         unstage_tile<64>((bf16_t *)P.dKw + c.ch * P.sW + c0, P.KP, stage_out, 64);
         if (kt == 0) __syncthreads(); /* K tile 1's second step refills this buffer */
     }
+}
+template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_kres(Params P) {
+    extern __shared__ __align__(16) char smem[];
+    ChunkCtx c;
+    if (chunk_ctx(P, c)) bwd_a_kres_chunk<CTP>(P, c, smem);
 }
 
 /* dg for the chunk's tokens from the per-row gate gradients dGr[64]: per-token sums, then a reverse
@@ -3615,15 +3618,12 @@ static_assert(64 * 36 * 4 <= BwdBFastSmem::TILE * 2, "half of E (fp32) fits in o
 enum { BWDB_HOUSEHOLDER = 0, BWDB_SPLIT_TILES = 1, BWDB_SPLIT_LANES = 16 };
 static_assert(GDP_SPLIT_FAST_N <= 8, "split dM per (warp, a, b) fits where it is per (warp, a, 8-column group)");
 
-template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(Params P) {
+template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Params &P, const ChunkCtx &c, char *smem) {
     using SM = BwdBFastSmem;
     constexpr bool SPLIT = KIND != BWDB_HOUSEHOLDER, LANES = KIND > BWDB_SPLIT_LANES;
     constexpr int NL = LANES ? KIND - BWDB_SPLIT_LANES : 1, LN = NL == 4 ? 2 : NL == 2 ? 1 : 0; /* lanes: n, log2 n */
     static_assert(!LANES || NL == 2 || NL == 4, "the lanes kinds are n 2 and 4");
     constexpr int LDH = 36; /* 32-column fp32 halves of E (split mode) */
-    extern __shared__ __align__(16) char smem[];
-    ChunkCtx c;
-    if (!chunk_ctx<true>(P, c)) return;
     const int nkt = P.nkt, nvt = P.nvt, NS = 2 * nkt + nvt, lc = c.lc, ct = c.ct, n = P.n, tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, rr = SPLIT ? n * n : 0;
     float *Gs = (float *)smem, *br = Gs + 64, *gam = br + 64, *dGr = gam + 64, *pdb = dGr + 64, *pdg = pdb + 128;
@@ -4008,6 +4008,39 @@ template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(
     __syncthreads();
     if (tid < 32 && P.dg) dg_scan(P, c, dGr);
 }
+template <int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_b_fast(Params P) {
+    extern __shared__ __align__(16) char smem[];
+    ChunkCtx c;
+    if (chunk_ctx<true>(P, c)) bwd_b_fast_chunk<KIND>(P, c, smem);
+}
+
+/* ---------------------------------------------------------------- 7d. bwd_a + bwd_b in one CTA */
+/* k_bwd_ab: k_bwd_a_kres and then k_bwd_b_fast on the same chunk, in one CTA (GDP_BWD_FUSE=0 runs
+ * them as two kernels). bwd_b's inputs from bwd_a, the chunk's dW and dK_w (32 KB at K 128), were
+ * written by this CTA microseconds before, and its dDelta tiles were read by bwd_a: L2 serves them
+ * instead of DRAM (H 16, n_h 3: ~0.6 GB of the two kernels' ~3.7 GB). Once bwd_b has read dW and dK_w
+ * they are dead, so their lines still in L2 are discarded, never written back (GDP_BWD_DISCARD=0
+ * keeps them). Shared memory is the larger of the two kernels' (both fit two CTAs an SM); the
+ * products, their order and rounding are the two kernels' own, so gradients are the same bits. */
+__device__ __forceinline__ void l2_discard_line(const void *p) {
+    asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(p) : "memory");
+}
+template <int CTP, int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_ab(Params P) {
+    extern __shared__ __align__(16) char smem[];
+    ChunkCtx c;
+    if (!chunk_ctx(P, c)) return;
+    bwd_a_kres_chunk<CTP>(P, c, smem);
+    __syncthreads(); /* bwd_a's dW, dK_w and dGa stores before bwd_b reads them; its staging tile before bwd_b's loads */
+    bwd_b_fast_chunk<KIND>(P, c, smem);
+    if (P.dw_discard) { /* every read of them completed before bwd_b's last barrier */
+        const int bytes = 64 * P.KP * (int)sizeof(bf16_t);
+        const char *dw = (const char *)((const bf16_t *)P.dW + c.ch * P.sW), *dkw = (const char *)((const bf16_t *)P.dKw + c.ch * P.sW);
+        for (int off = threadIdx.x * 128; off < bytes; off += NTHREADS * 128) {
+            l2_discard_line(dw + off);
+            l2_discard_line(dkw + off);
+        }
+    }
+}
 
 /* ---------------------------------------------------------------- 8. dmask */
 __global__ void k_dmask(Params P) {
@@ -4324,6 +4357,16 @@ static size_t bwd_a_fast_smem(int ctp) {
 
 static void (*bwd_a_kres_kernel(int ctp))(Params) {
     return ctp == 16 ? k_bwd_a_kres<16> : ctp == 32 ? k_bwd_a_kres<32> : ctp == 64 ? k_bwd_a_kres<64> : nullptr;
+}
+/* k_bwd_ab at 16 and 32 chunk tokens (where k_bwd_a_kres is picked) and k_bwd_b_fast's kind */
+template <int CTP> static void (*bwd_ab_kernel_ctp(int kind))(Params) {
+    return kind == BWDB_HOUSEHOLDER ? k_bwd_ab<CTP, BWDB_HOUSEHOLDER>
+         : kind == BWDB_SPLIT_LANES + 2 ? k_bwd_ab<CTP, BWDB_SPLIT_LANES + 2>
+         : kind == BWDB_SPLIT_LANES + 4 ? k_bwd_ab<CTP, BWDB_SPLIT_LANES + 4>
+         : kind == BWDB_SPLIT_TILES ? k_bwd_ab<CTP, BWDB_SPLIT_TILES> : nullptr;
+}
+static void (*bwd_ab_kernel(int ctp, int kind))(Params) {
+    return ctp == 16 ? bwd_ab_kernel_ctp<16>(kind) : ctp == 32 ? bwd_ab_kernel_ctp<32>(kind) : nullptr;
 }
 static size_t bwd_a_kres_smem(int ctp) {
     return ctp == 16 ? BwdAKresSmem<16>::BYTES : ctp == 32 ? BwdAKresSmem<32>::BYTES : BwdAKresSmem<64>::BYTES;
@@ -4650,15 +4693,6 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
     const char *bwd_a_env = getenv("GDP_BWD_A");
     const bool kres_shape = fast_bwd && pl.KP == 128 && P.nvt <= 2 && bwd_a_kres_smem(pl.Ctp) <= (size_t)limit;
     const bool kres = kres_shape && (bwd_a_env ? !strcmp(bwd_a_env, "kres") : pl.Ctp <= 32);
-    if (kres) {
-        s = launch(who, "k_bwd_a_kres", bwd_a_kres_kernel(pl.Ctp), chunk_grid(), bwd_a_kres_smem(pl.Ctp), st, P);
-        if (s != GDP_OK) return s;
-    } else if (fast_bwd && bwd_a_fast_kernel(pl.Ctp)) {
-        s = launch(who, "k_bwd_a_fast", bwd_a_fast_kernel(pl.Ctp), chunk_grid(P.nkt), bwd_a_fast_smem(pl.Ctp), st, P);
-        if (s != GDP_OK) return s;
-    } else {
-        LAUNCH(k_bwd_a<IT>, chunk_grid(P.nkt), BwdASmem<IT>::carve(nullptr, pl.Ctp, pl.nvt, nullptr));
-    }
     const int rr = d->mode == GDP_MODE_SPLIT ? d->n * d->n : 0;
     const size_t sbh = BwdBhSmem<IT>::carve(nullptr, rr, nullptr);
     const bool fast_b = fast_bwd && BwdBFastSmem::BYTES <= (size_t)limit;
@@ -4666,20 +4700,46 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
      * tiles (the only way for other n) */
     const char *split_env = getenv("GDP_BWD_B_SPLIT");
     const bool split_lanes = (d->n == 2 || d->n == 4) && !(split_env && !strcmp(split_env, "tiles"));
+    int bkind = -1; /* k_bwd_b_fast's kind, or none */
     if (fast_b && d->mode == GDP_MODE_HOUSEHOLDER)
-        LAUNCH(k_bwd_b_fast<BWDB_HOUSEHOLDER>, chunk_grid(), BwdBFastSmem::BYTES);
-    else if (fast_b && P.wsl8 && split_lanes && d->n == 2) /* wsl8 holds wherever fast_shape does */
-        LAUNCH(k_bwd_b_fast<BWDB_SPLIT_LANES + 2>, chunk_grid(), BwdBFastSmem::BYTES);
-    else if (fast_b && P.wsl8 && split_lanes && d->n == 4)
-        LAUNCH(k_bwd_b_fast<BWDB_SPLIT_LANES + 4>, chunk_grid(), BwdBFastSmem::BYTES);
+        bkind = BWDB_HOUSEHOLDER;
+    else if (fast_b && P.wsl8 && split_lanes) /* wsl8 holds wherever fast_shape does */
+        bkind = BWDB_SPLIT_LANES + d->n;
     else if (fast_b && rr <= GDP_SPLIT_FAST_RR && P.wsl8)
-        LAUNCH(k_bwd_b_fast<BWDB_SPLIT_TILES>, chunk_grid(), BwdBFastSmem::BYTES);
-    else if (d->mode == GDP_MODE_HOUSEHOLDER && sbh <= (size_t)limit)
-        LAUNCH((k_bwd_b_hh<IT, false>), chunk_grid(), sbh);
-    else if (d->mode == GDP_MODE_SPLIT && rr <= GDP_SPLIT_FAST_RR && sbh <= (size_t)limit)
-        LAUNCH((k_bwd_b_hh<IT, true>), chunk_grid(), sbh);
-    else
-        LAUNCH(k_bwd_b<IT>, chunk_grid(), BwdBSmem<IT>::carve(nullptr, rr, nullptr));
+        bkind = BWDB_SPLIT_TILES;
+    const char *fuse_env = getenv("GDP_BWD_FUSE"), *discard_env = getenv("GDP_BWD_DISCARD");
+    const size_t sab = bwd_a_kres_smem(pl.Ctp) > BwdBFastSmem::BYTES ? bwd_a_kres_smem(pl.Ctp) : BwdBFastSmem::BYTES;
+    const auto fused = kres && bkind >= 0 && sab <= (size_t)limit && !(fuse_env && !strcmp(fuse_env, "0")) ? bwd_ab_kernel(pl.Ctp, bkind) : nullptr;
+    if (fused) { /* the discard needs each chunk's dW and dK_w to be whole 128-byte lines */
+        P.dw_discard = !(discard_env && !strcmp(discard_env, "0")) && ((uintptr_t)P.dW & 127) == 0 && ((uintptr_t)P.dKw & 127) == 0 &&
+                       (P.sW * (int64_t)sizeof(bf16_t)) % 128 == 0;
+        s = launch(who, "k_bwd_ab", fused, chunk_grid(), sab, st, P);
+        if (s != GDP_OK) return s;
+    } else {
+        if (kres) {
+            s = launch(who, "k_bwd_a_kres", bwd_a_kres_kernel(pl.Ctp), chunk_grid(), bwd_a_kres_smem(pl.Ctp), st, P);
+            if (s != GDP_OK) return s;
+        } else if (fast_bwd && bwd_a_fast_kernel(pl.Ctp)) {
+            s = launch(who, "k_bwd_a_fast", bwd_a_fast_kernel(pl.Ctp), chunk_grid(P.nkt), bwd_a_fast_smem(pl.Ctp), st, P);
+            if (s != GDP_OK) return s;
+        } else {
+            LAUNCH(k_bwd_a<IT>, chunk_grid(P.nkt), BwdASmem<IT>::carve(nullptr, pl.Ctp, pl.nvt, nullptr));
+        }
+        if (bkind == BWDB_HOUSEHOLDER)
+            LAUNCH(k_bwd_b_fast<BWDB_HOUSEHOLDER>, chunk_grid(), BwdBFastSmem::BYTES);
+        else if (bkind == BWDB_SPLIT_LANES + 2)
+            LAUNCH(k_bwd_b_fast<BWDB_SPLIT_LANES + 2>, chunk_grid(), BwdBFastSmem::BYTES);
+        else if (bkind == BWDB_SPLIT_LANES + 4)
+            LAUNCH(k_bwd_b_fast<BWDB_SPLIT_LANES + 4>, chunk_grid(), BwdBFastSmem::BYTES);
+        else if (bkind == BWDB_SPLIT_TILES)
+            LAUNCH(k_bwd_b_fast<BWDB_SPLIT_TILES>, chunk_grid(), BwdBFastSmem::BYTES);
+        else if (d->mode == GDP_MODE_HOUSEHOLDER && sbh <= (size_t)limit)
+            LAUNCH((k_bwd_b_hh<IT, false>), chunk_grid(), sbh);
+        else if (d->mode == GDP_MODE_SPLIT && rr <= GDP_SPLIT_FAST_RR && sbh <= (size_t)limit)
+            LAUNCH((k_bwd_b_hh<IT, true>), chunk_grid(), sbh);
+        else
+            LAUNCH(k_bwd_b<IT>, chunk_grid(), BwdBSmem<IT>::carve(nullptr, rr, nullptr));
+    }
     if (rr && P.dmask) {
         k_dmask<<<P.H, 256, 0, st>>>(P);
         GDP_CU(cudaGetLastError());

@@ -672,6 +672,66 @@ GPU_TEST(bwd_a_whole_k) {
     cases_per_env(failures, cs, GDP_ARRAY_LEN(cs), 5000, "GDP_BWD_A", kinds, 2);
 }
 
+/* bwd_a and bwd_b of a chunk in one CTA (k_bwd_ab, taken wherever k_bwd_a_kres and k_bwd_b_fast both
+ * are, so every other test here runs it): the same gradients bit for bit as the two kernels apart
+ * (GDP_BWD_FUSE=0), with and without the L2 discard of dW and dK_w (GDP_BWD_DISCARD=0), saving and
+ * plain forwards; then the two kernels apart against the CPU f64 path. Shapes: 16 and 32 chunk
+ * tokens (n 2 to 4), V 64 and 128, every bwd_b kind (split n 2 and 4 by lanes, n 2 by tiles), varlen. */
+static const RandCase fused_bwd_cases[] = {
+    /* mode, B, T, H, K, V, n, gate, h0, nseq */
+    {GDP_MODE_HOUSEHOLDER, 2, 300, 2, 128, 128, 2, 1, 1, 0},
+    {GDP_MODE_HOUSEHOLDER, 1, 300, 2, 128, 128, 3, 1, 0, 3},
+    {GDP_MODE_HOUSEHOLDER, 1, 200, 1, 128, 64, 4, 0, 1, 2},
+    {GDP_MODE_SPLIT, 1, 200, 2, 128, 128, 2, 1, 1, 2},
+    {GDP_MODE_SPLIT, 2, 70, 1, 128, 64, 4, 1, 0, 0},
+};
+static void fused_vs_apart(int *failures, const char *split_kind) {
+    static const char *const runs[3][2] = {{"0", "1"}, {"1", "1"}, {"1", "0"}}; /* GDP_BWD_FUSE, GDP_BWD_DISCARD */
+    if (split_kind) setenv("GDP_BWD_B_SPLIT", split_kind, 1);
+    for (size_t i = 0; i < GDP_ARRAY_LEN(fused_bwd_cases); i++) {
+        RandData r;
+        rand_make(&fused_bwd_cases[i], 9900 + i, &r);
+        GdpDesc d = r.d;
+        d.dtype = GDP_BF16;
+        GdpSizes s = gdp_sizes(&d);
+        for (int saved = 0; saved < 2; saved++) {
+            HostIO io[3];
+            int ok = 1;
+            for (int k = 0; k < 3; k++) {
+                setenv("GDP_BWD_FUSE", runs[k][0], 1);
+                setenv("GDP_BWD_DISCARD", runs[k][1], 1);
+                io[k] = hio(&r, d.cu_seqlens);
+                if (run_gpu_ex(&d, &io[k], NULL, 1, saved)) ok = 0;
+            }
+            if (!ok) (*failures)++;
+            for (int k = 1; k < 3 && ok; k++) {
+                const struct { const char *name; const double *x, *y; int64_t n; } t[] = {
+                    {"dq", io[0].dq, io[k].dq, s.q},         {"dk", io[0].dk, io[k].dk, s.k},
+                    {"dv", io[0].dv, io[k].dv, s.v},         {"dbeta", io[0].dbeta, io[k].dbeta, s.beta},
+                    {"dg", io[0].dg, io[k].dg, s.g},         {"dmask", io[0].dmask, io[k].dmask, s.mask},
+                    {"dh0", io[0].dh0, io[k].dh0, s.state}};
+                for (size_t j = 0; j < GDP_ARRAY_LEN(t); j++)
+                    if (t[j].x && t[j].n)
+                        GPU_EXPECT(!memcmp(t[j].x, t[j].y, 8 * (size_t)t[j].n),
+                                   "case %zu (%s, split %s, %s forward): %s of k_bwd_ab (discard %s) differs from the kernels apart", i,
+                                   d.mode == GDP_MODE_SPLIT ? "split" : "householder", split_kind ? split_kind : "default",
+                                   saved ? "saving" : "plain", t[j].name, runs[k][1]);
+            }
+            for (int k = 0; k < 3; k++) hostio_free(&io[k]);
+        }
+        rand_free(&r);
+    }
+    unsetenv("GDP_BWD_FUSE");
+    unsetenv("GDP_BWD_DISCARD");
+    unsetenv("GDP_BWD_B_SPLIT");
+}
+GPU_TEST(bwd_ab_fused) {
+    fused_vs_apart(failures, NULL);
+    fused_vs_apart(failures, "tiles");
+    static const char *const apart[1] = {"0"};
+    cases_per_env(failures, fused_bwd_cases, GDP_ARRAY_LEN(fused_bwd_cases), 9950, "GDP_BWD_FUSE", apart, 1);
+}
+
 GPU_TEST(error_paths) {
     GdpDesc d = {0};
     d.mode = GDP_MODE_HOUSEHOLDER, d.B = 1, d.T = 8, d.H = 1, d.K = 300, d.V = 16, d.n = 1, d.dtype = GDP_BF16;
