@@ -673,7 +673,8 @@ GPU_TEST(bwd_a_whole_k) {
 }
 
 /* bwd_a and bwd_b of a chunk in one CTA (k_bwd_ab, taken wherever k_bwd_a_kres and k_bwd_b_fast both
- * are, so every other test here runs it): the same gradients bit for bit as the two kernels apart
+ * are, so every other test here runs it): each run's launches show k_bwd_ab ran (or not, apart); the
+ * same gradients bit for bit as the two kernels apart
  * (GDP_BWD_FUSE=0), with and without the L2 discard of dW and dK_w (GDP_BWD_DISCARD=0), saving and
  * plain forwards; then the two kernels apart against the CPU f64 path. Shapes: 16 and 32 chunk
  * tokens (n 2 to 4), V 64 and 128, every bwd_b kind (split n 2 and 4 by lanes, n 2 by tiles), varlen. */
@@ -685,6 +686,33 @@ static const RandCase fused_bwd_cases[] = {
     {GDP_MODE_SPLIT, 1, 200, 2, 128, 128, 2, 1, 1, 2},
     {GDP_MODE_SPLIT, 2, 70, 1, 128, 64, 4, 1, 0, 0},
 };
+/* run_gpu_ex with GDP_PROFILE=1 and stderr captured: *launched tells whether a kernel named `kernel`
+ * (the profile line's name column) ran, so that a test knows which path it compared */
+static int run_gpu_launches(const GdpDesc *d, HostIO *io, int saved, const char *kernel, int *launched) {
+    *launched = 0;
+    fflush(stderr);
+    FILE *log = tmpfile();
+    const int err_fd = dup(2);
+    if (!log || err_fd < 0 || dup2(fileno(log), 2) < 0) {
+        fprintf(stderr, "run_gpu_launches: cannot capture stderr\n");
+        if (log) fclose(log);
+        if (err_fd >= 0) close(err_fd);
+        return 1;
+    }
+    setenv("GDP_PROFILE", "1", 1);
+    const int rc = run_gpu_ex(d, io, NULL, 1, saved);
+    unsetenv("GDP_PROFILE");
+    fflush(stderr);
+    dup2(err_fd, 2);
+    close(err_fd);
+    rewind(log);
+    char line[512], want[64];
+    snprintf(want, sizeof want, " %s ", kernel);
+    while (fgets(line, sizeof line, log))
+        if (!strncmp(line, "gdp profile:", 12) && strstr(line, want)) *launched = 1;
+    fclose(log);
+    return rc;
+}
 static void fused_vs_apart(int *failures, const char *split_kind) {
     static const char *const runs[3][2] = {{"0", "1"}, {"1", "1"}, {"1", "0"}}; /* GDP_BWD_FUSE, GDP_BWD_DISCARD */
     if (split_kind) setenv("GDP_BWD_B_SPLIT", split_kind, 1);
@@ -701,7 +729,9 @@ static void fused_vs_apart(int *failures, const char *split_kind) {
                 setenv("GDP_BWD_FUSE", runs[k][0], 1);
                 setenv("GDP_BWD_DISCARD", runs[k][1], 1);
                 io[k] = hio(&r, d.cu_seqlens);
-                if (run_gpu_ex(&d, &io[k], NULL, 1, saved)) ok = 0;
+                int fused = 0;
+                if (run_gpu_launches(&d, &io[k], saved, "k_bwd_ab", &fused)) ok = 0;
+                GPU_EXPECT(fused == (k > 0), "case %zu: k_bwd_ab %s with GDP_BWD_FUSE=%s", i, fused ? "ran" : "did not run", runs[k][0]);
             }
             if (!ok) (*failures)++;
             for (int k = 1; k < 3 && ok; k++) {
