@@ -109,7 +109,7 @@ test-asan:
 	    LDFLAGS="-fsanitize=address,undefined" test
 
 test-dist: $(BUILD)/gdp $(BUILD)/tests/test_dist_mpi
-	@BUILD=$(BUILD) sh tests/run_dist.sh
+	+@BUILD=$(BUILD) MAKE="$(MAKE)" sh tests/run_dist.sh
 
 # Everything CI runs: the CPU tests, the same tests under ASan+UBSan, and the 2-rank MPI tests.
 test-all: test test-dist
