@@ -31,6 +31,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled */
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1119,8 +1120,8 @@ template <int NT, class F> __device__ __forceinline__ void frag_each(float (&acc
  *   frag_causal_decay: rows t tokens, columns s chunk rows: v = scale e^{G_t - G_tok(s)} v where
  *     t < ct, s < lc and tok(s) <= t, else 0 (P and dS).
  *   frag_earlier_decay: rows and columns chunk rows: v = f(i) e^{G_tok(i) - G_tok(j)} v where i < lc
- *     and row j is earlier than row i (then j < lc too), else 0 (prep's A; bwd_b's dA keeps the
- *     per-element form: the hoisted one made k_bwd_b_fast<true> spill 120 bytes). */
+ *     and row j is earlier than row i (then j < lc too), else 0 (prep's A; bwd_b's dA takes
+ *     frag_gate_decay with its own token and order keys, compile-time in split mode's lanes kinds). */
 template <int NT, class RowGate, class ColGate, class Live>
 __device__ __forceinline__ void frag_gate_decay(float (&acc)[NT][4], int m0, int n0, RowGate row_gate, ColGate col_gate,
                                                 Live live) {
@@ -3689,6 +3690,11 @@ template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Param
     /* lanes, each 64-column key tile within one slice: the products take the keys as loaded, and
      * neither split_keys pass runs (nor its barriers) */
     const bool raw_keys = LANES && (P.K >> LN) % GDP_TILE == 0;
+    /* lanes, n 2, raw keys: Dp stored once for each slice b, scaled by M[a, b] (see the dA products) */
+    const bool slice_dp = raw_keys && NL == 2;
+    /* a chunk row's token, and the key that orders rows for earlier(): the row (householder), its token (split) */
+    auto token_of = [&](int r) { return LANES ? r >> LN : tokof(P, r); };
+    auto order_of = [&](int r) { return SPLIT ? token_of(r) : r; };
     /* lanes: the fragment summed over each token's rows, into the lanes of slice 0, which write token
      * row t of the staging tile (rows < 64 / n; copied out after the next barrier) */
     auto token_rows_stage = [&](float(&F)[4][4]) {
@@ -3759,13 +3765,32 @@ template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Param
             }
             const bool last = st == nkt + nvt - 1;
             if (last) { /* dT, masked to the earlier rows: (dW R^T) diag(beta gamma) + (dDelta v^T) diag(beta) */
+                /* gamma and beta of a column pair read once for both rows, the order keys once a row
+                 * or column (per element, with earlier()'s runtime token division, these lines and
+                 * dA's mask below were a third of split mode's stall samples; session 34) */
+                if (KIND == BWDB_SPLIT_TILES) { /* (the forms below made this kind spill 88 bytes) */
 #pragma unroll
-                for (int nt = 0; nt < 4; nt++)
+                    for (int nt = 0; nt < 4; nt++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int i = m1 + g + (e >> 1) * 8, j = n1 + nt * 8 + 2 * tq + (e & 1);
-                        aT1[nt][e] = i < lc && j < lc && earlier(P, i, j) ? (aT1[nt][e] * gam[j] + aT2[nt][e]) * br[j] : 0.f;
+                        for (int e = 0; e < 4; e++) {
+                            const int i = m1 + g + (e >> 1) * 8, j = n1 + nt * 8 + 2 * tq + (e & 1);
+                            aT1[nt][e] = i < lc && earlier(P, i, j) ? (aT1[nt][e] * gam[j] + aT2[nt][e]) * br[j] : 0.f;
+                        }
+                } else {
+#pragma unroll
+                    for (int nt = 0; nt < 4; nt++) {
+                        const int j = n1 + nt * 8 + 2 * tq;
+                        const float2 gj = *(const float2 *)(gam + j), bj = *(const float2 *)(br + j);
+                        const int oj0 = order_of(j), oj1 = order_of(j + 1);
+#pragma unroll
+                        for (int hh = 0; hh < 2; hh++) {
+                            const int i = m1 + g + hh * 8, oi = i < lc ? order_of(i) : INT_MIN;
+                            float &x0 = aT1[nt][2 * hh], &x1 = aT1[nt][2 * hh + 1];
+                            x0 = oj0 < oi ? (x0 * gj.x + aT2[nt][2 * hh]) * bj.x : 0.f;
+                            x1 = oj1 < oi ? (x1 * gj.y + aT2[nt][2 * hh + 1]) * bj.y : 0.f;
+                        }
                     }
+                }
                 frag_stsm_bf16(aT1, dTop, LDT, m1, n1);
             }
             __syncthreads();
@@ -3796,12 +3821,38 @@ template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Param
                 __syncthreads();
                 frag_zero(Y);
                 warp_mma<4, true, false>(Y, Top, LDT, Yop, LDT, 64, m1, n1);
-                frag_each(Y, m1, n1, [&](int i, int j, float &v) {
-                    v = i < lc && j < lc && earlier(P, i, j) ? -v * gate_exp(Gs[tokof(P, i)] - Gs[tokof(P, j)]) : 0.f;
-                });
+                if (KIND == BWDB_SPLIT_TILES)
+                    frag_each(Y, m1, n1, [&](int i, int j, float &v) {
+                        v = i < lc && earlier(P, i, j) ? -v * gate_exp(Gs[tokof(P, i)] - Gs[tokof(P, j)]) : 0.f;
+                    });
+                else
+                    frag_gate_decay(
+                        Y, m1, n1, [&](int i) { return make_float2(Gs[token_of(i)], -1.f); },
+                        [&](int j) { return Gs[token_of(j)]; }, [&](int i, int j) { return i < lc && order_of(j) < order_of(i); });
                 frag_stsm_bf16(Y, Dop, LDT, m1, n1);
-                frag_each(Y, m1, n1, [&](int i, int, float &v) { v *= br[i]; });
-                frag_stsm_bf16(Y, Dp, LDT, m1, n1);
+                if (slice_dp) {
+                    /* Dp of slice b: rows (t, a) times beta_(t,a) M[a, b], b = 0 in Dp and 1 in dT's buffer
+                     * (its readers, the dA products, are past the barrier above), so the K_w tiles'
+                     * products take it as it is (scaling their A fragments was 6% of the kernel's
+                     * instructions) */
+                    const float *Mh = P.mask + (int64_t)c.h * rr + ta * NL;
+                    const float q0 = __ldg(Mh), q1 = __ldg(Mh + 1);
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        const int i = m1 + g + hh * 8;
+                        const float f0 = br[i] * q0, f1 = br[i] * q1;
+#pragma unroll
+                        for (int nt = 0; nt < 4; nt++) {
+                            const int x = n1 + nt * 8 + 2 * tq;
+                            const float y0 = Y[nt][2 * hh], y1 = Y[nt][2 * hh + 1];
+                            *(__nv_bfloat162 *)(Dp + i * LDT + x) = __floats2bfloat162_rn(y0 * f0, y1 * f0);
+                            *(__nv_bfloat162 *)(dTop + i * LDT + x) = __floats2bfloat162_rn(y0 * f1, y1 * f1);
+                        }
+                    }
+                } else {
+                    frag_each(Y, m1, n1, [&](int i, int, float &v) { v *= br[i]; });
+                    frag_stsm_bf16(Y, Dp, LDT, m1, n1);
+                }
             }
         } else {
             const int c0 = (st - nkt - nvt) * GDP_TILE;
@@ -3822,18 +3873,20 @@ template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Param
                  * products take token t's keys as loaded (row (t, b)), with [a == b] on D's columns and
                  * M[a, b] on Dp's rows, the contracted rows (t, a) */
                 const int bsl = slice_of(P, c0);
-                const float2 q = mask_pair(P, c.h, bsl, NL);
+                const float2 q = slice_dp ? make_float2(1.f, 1.f) : mask_pair(P, c.h, bsl, NL);
                 const int2 ab = pair_slices(NL);
-                const float w0 = ab.x == bsl ? 1.f : 0.f, w1 = ab.y == bsl ? 1.f : 0.f;
+                const uint32_t own = (ab.x == bsl ? 0x0000ffffu : 0u) | (ab.y == bsl ? 0xffff0000u : 0u); /* [a == b], bf16 x2 */
+                bf16_t *Dpb = slice_dp && bsl ? dTop : Dp;
                 warp_mma_rows<2, 4>(
                     EQ,
                     [&](int mt, int k0, uint32_t(&a)[4]) {
                         if (mt == 0) {
                             ldsm_a<false>(a, RowMajor{Dop, LDT}, m1, k0);
-                            frag_a_scale_pairs(a, w0, w1);
+#pragma unroll
+                            for (int r = 0; r < 4; r++) a[r] &= own;
                         } else {
-                            ldsm_a<true>(a, RowMajor{Dp, LDT}, m1, k0);
-                            frag_a_scale_pairs(a, q.x, q.y);
+                            ldsm_a<true>(a, RowMajor{Dpb, LDT}, m1, k0);
+                            if (!slice_dp) frag_a_scale_pairs(a, q.x, q.y);
                         }
                     },
                     TokenSliceRows{Bt, LDT, -NL, bsl}, 64, n1);
@@ -3873,15 +3926,13 @@ template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Param
                         (hh ? e1 : e0) += m * ek;
                         dm += br[r] * ek;
                         const float mb = m * br[r]; /* E becomes row (t, a)'s term of dk_t */
-                        if (own) {
-                            const float2 cw = __bfloat1622float2(*(const __nv_bfloat162 *)(C + r * LDT + x));
-                            (hh ? y1 : y0) += Q[nt][2 * hh] * kv.x + Q[nt][2 * hh + 1] * kv.y;
-                            E[nt][2 * hh] = mb * E[nt][2 * hh] + (cw.x + Q[nt][2 * hh]);
-                            E[nt][2 * hh + 1] = mb * E[nt][2 * hh + 1] + (cw.y + Q[nt][2 * hh + 1]);
-                        } else {
-                            E[nt][2 * hh] *= mb;
-                            E[nt][2 * hh + 1] *= mb;
-                        }
+                        /* selects, not a branch: own differs between a quad's neighbouring rows, so a
+                         * branch ran both sides in every warp */
+                        const float2 cw = __bfloat1622float2(*(const __nv_bfloat162 *)(C + r * LDT + x));
+                        const float q0 = Q[nt][2 * hh], q1 = Q[nt][2 * hh + 1], yq = q0 * kv.x + q1 * kv.y;
+                        (hh ? y1 : y0) += own ? yq : 0.f;
+                        E[nt][2 * hh] = mb * E[nt][2 * hh] + (own ? cw.x + q0 : 0.f);
+                        E[nt][2 * hh + 1] = mb * E[nt][2 * hh + 1] + (own ? cw.y + q1 : 0.f);
                     }
                     /* over the lanes of slice ta: the quad, then the rows' other tokens; one lane a slot */
                     dm += __shfl_xor_sync(0xffffffffu, dm, 1);
@@ -4358,6 +4409,12 @@ static size_t bwd_a_fast_smem(int ctp) {
 static void (*bwd_a_kres_kernel(int ctp))(Params) {
     return ctp == 16 ? k_bwd_a_kres<16> : ctp == 32 ? k_bwd_a_kres<32> : ctp == 64 ? k_bwd_a_kres<64> : nullptr;
 }
+static void (*bwd_b_fast_kernel(int kind))(Params) {
+    return kind == BWDB_HOUSEHOLDER ? k_bwd_b_fast<BWDB_HOUSEHOLDER>
+         : kind == BWDB_SPLIT_LANES + 2 ? k_bwd_b_fast<BWDB_SPLIT_LANES + 2>
+         : kind == BWDB_SPLIT_LANES + 4 ? k_bwd_b_fast<BWDB_SPLIT_LANES + 4>
+         : kind == BWDB_SPLIT_TILES ? k_bwd_b_fast<BWDB_SPLIT_TILES> : nullptr;
+}
 /* k_bwd_ab at 16 and 32 chunk tokens (where k_bwd_a_kres is picked) and k_bwd_b_fast's kind */
 template <int CTP> static void (*bwd_ab_kernel_ctp(int kind))(Params) {
     return kind == BWDB_HOUSEHOLDER ? k_bwd_ab<CTP, BWDB_HOUSEHOLDER>
@@ -4725,15 +4782,10 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
         } else {
             LAUNCH(k_bwd_a<IT>, chunk_grid(P.nkt), BwdASmem<IT>::carve(nullptr, pl.Ctp, pl.nvt, nullptr));
         }
-        if (bkind == BWDB_HOUSEHOLDER)
-            LAUNCH(k_bwd_b_fast<BWDB_HOUSEHOLDER>, chunk_grid(), BwdBFastSmem::BYTES);
-        else if (bkind == BWDB_SPLIT_LANES + 2)
-            LAUNCH(k_bwd_b_fast<BWDB_SPLIT_LANES + 2>, chunk_grid(), BwdBFastSmem::BYTES);
-        else if (bkind == BWDB_SPLIT_LANES + 4)
-            LAUNCH(k_bwd_b_fast<BWDB_SPLIT_LANES + 4>, chunk_grid(), BwdBFastSmem::BYTES);
-        else if (bkind == BWDB_SPLIT_TILES)
-            LAUNCH(k_bwd_b_fast<BWDB_SPLIT_TILES>, chunk_grid(), BwdBFastSmem::BYTES);
-        else if (d->mode == GDP_MODE_HOUSEHOLDER && sbh <= (size_t)limit)
+        if (bkind >= 0) {
+            s = launch(who, "k_bwd_b_fast", bwd_b_fast_kernel(bkind), chunk_grid(), BwdBFastSmem::BYTES, st, P);
+            if (s != GDP_OK) return s;
+        } else if (d->mode == GDP_MODE_HOUSEHOLDER && sbh <= (size_t)limit)
             LAUNCH((k_bwd_b_hh<IT, false>), chunk_grid(), sbh);
         else if (d->mode == GDP_MODE_SPLIT && rr <= GDP_SPLIT_FAST_RR && sbh <= (size_t)limit)
             LAUNCH((k_bwd_b_hh<IT, true>), chunk_grid(), sbh);
