@@ -13,10 +13,20 @@ kernel's first instruction divided by --warps), the stall reasons over all sampl
 and for each stretch of SASS between two barriers (BAR.SYNC / BAR.RED) its instructions per block,
 its share of the samples and its commonest opcodes, then the K instructions with the most samples.
 A stretch is a place in the code, not a time: a loop's body counts once per pass.
+
+By CUDA source line: with `--lines SASS --kernel KEY`, where SASS is `nvdisasm -gi -c CUBIN` of the
+same build (on that machine: `cuobjdump -xelf all build/obj/kernels/gated_deltaproduct.cu.o`, then
+nvdisasm -gi on the sm_90a cubin; or ptxas of the same PTX with -lineinfo elsewhere: the streams
+must be the same instructions, which is checked) and KEY is part of the kernel's mangled name, each
+instruction is charged to one line of its inline chain: the innermost frame inside `--within LO-HI`
+(the lines of the function under study; default: the innermost frame). Prints each line's
+instructions a block, its share of the samples and its main stalls (bench/NOTES.md, session 34,
+found split mode's extra in bwd_b this way).
 """
 import argparse
 import collections
 import csv
+import re
 import sys
 
 
@@ -41,7 +51,13 @@ def main():
     ap.add_argument("--blocks", type=int, default=0, help="blocks in the grid (default: from the first instruction)")
     ap.add_argument("--warps", type=int, default=8, help="warps a block, to derive --blocks (default 8)")
     ap.add_argument("--hot", type=int, default=15, help="how many of the most sampled instructions to list")
+    ap.add_argument("--lines", help="nvdisasm -gi output of the same build: sum by CUDA source line")
+    ap.add_argument("--kernel", help="with --lines: part of the kernel's mangled name (its .text section)")
+    ap.add_argument("--within", help="with --lines: LO-HI, charge each instruction to its innermost frame in these lines")
+    ap.add_argument("--top", type=int, default=30, help="with --lines: how many lines to list")
     a = ap.parse_args()
+    if a.lines and not a.kernel:
+        sys.exit("ncu_phases.py: --lines needs --kernel (part of the kernel's mangled name)")
 
     try:
         rows = list(csv.reader(open(a.csv, newline="")))
@@ -91,6 +107,60 @@ def main():
         main_stalls = sorted(((number(data[i], s, ix), s[len("stall_"):]) for s in stalls), reverse=True)[:2]
         why = ", ".join(f"{name} {v:.0f}" for v, name in main_stalls if v > 0)
         print(f"  {i:5d}  {executed[i]:7.2f}  {samples[i]:6.0f}  [{why}]  {data[i][ix['Source']].strip()[:64]}")
+
+    if a.lines:
+        by_source_line(a, data, ix, executed, samples, stalls, total_samples)
+
+
+def inline_chains(path, kernel):
+    """(inline chain of line numbers, innermost first; opcode) of each instruction of the kernel"""
+    out, chain, fresh, inside = [], [], True, False
+    try:
+        text = open(path)
+    except OSError as e:
+        sys.exit(f"ncu_phases.py: cannot read {path}: {e.strerror}")
+    for line in text:
+        if line.startswith("//-----") and ".text." in line:
+            inside = kernel in line
+            continue
+        if not inside:
+            continue
+        if line.lstrip().startswith("//## File"):
+            if fresh:
+                chain, fresh = [], False
+            chain += [int(x) for x in re.findall(r"line (\d+)", line)]
+            continue
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?);", line)
+        if m:
+            out.append((chain, opcode(m.group(1))))
+            fresh = True
+    return out
+
+
+def by_source_line(a, data, ix, executed, samples, stalls, total_samples):
+    ins = inline_chains(a.lines, a.kernel)
+    if len(ins) != len(data):
+        sys.exit(f"ncu_phases.py: {a.lines} has {len(ins)} instructions in {a.kernel!r}, the profile {len(data)}: "
+                 "not the same build, or not the same kernel")
+    differ = sum(1 for (_, op), r in zip(ins, data) if op != opcode(r[ix["Source"]]))
+    if differ:
+        sys.exit(f"ncu_phases.py: {differ} opcodes differ between {a.lines} and the profile: not the same build")
+    lo, hi = (int(x) for x in a.within.split("-")) if a.within else (None, None)
+    lines_ins, lines_smp = collections.Counter(), collections.Counter()
+    lines_why = collections.defaultdict(collections.Counter)
+    for i, (chain, _) in enumerate(ins):
+        if lo is None:
+            where = chain[0] if chain else -1
+        else:
+            where = next((x for x in chain if lo <= x <= hi), -1)
+        lines_ins[where] += executed[i]
+        lines_smp[where] += samples[i]
+        for s in stalls:
+            lines_why[where][s[len("stall_"):]] += number(data[i], s, ix)
+    print(f"\nby source line (-1: outside {a.within or 'any line'}): line, instructions a block, share of samples, main stalls")
+    for where, smp in lines_smp.most_common(a.top):
+        why = ", ".join(f"{k} {v:.0f}" for k, v in lines_why[where].most_common(3) if v > 0)
+        print(f"  {where:6d}  {lines_ins[where]:8,.0f}  {100 * smp / total_samples:5.1f}%  [{why}]")
 
 
 if __name__ == "__main__":
