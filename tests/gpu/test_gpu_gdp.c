@@ -291,6 +291,20 @@ static HostIO hio(const RandData *r, const int32_t *cu) {
     return io;
 }
 
+/* The results two runs of one case must give bit for bit, paired: ht (with_ht) and every gradient
+ * either run has, as (name, first run's, second run's, length); returns how many (at most 8) */
+typedef struct { const char *name; const double *x, *y; int64_t n; } ResultPair;
+static size_t same_bits_results(const HostIO *a, const HostIO *b, const GdpSizes *s, int with_ht, ResultPair out[8]) {
+    const ResultPair all[8] = {{"ht", a->ht, b->ht, s->state},       {"dq", a->dq, b->dq, s->q},
+                               {"dk", a->dk, b->dk, s->k},           {"dv", a->dv, b->dv, s->v},
+                               {"dbeta", a->dbeta, b->dbeta, s->beta}, {"dg", a->dg, b->dg, s->g},
+                               {"dmask", a->dmask, b->dmask, s->mask}, {"dh0", a->dh0, b->dh0, s->state}};
+    size_t n = 0;
+    for (size_t j = with_ht ? 0 : 1; j < 8; j++)
+        if (all[j].x && all[j].n) out[n++] = all[j];
+    return n;
+}
+
 /* CPU float64 reference of forward and backward */
 static void cpu_ref(const RandData *r, HostIO *ref) {
     GdpDesc d = r->d;
@@ -519,14 +533,11 @@ static void saved_vs_plain(int *failures, const RandCase *cases, size_t ncases, 
                 continue;
             }
             GdpSizes s = gdp_sizes(&d);
-            const struct { const char *name; const double *x, *y; int64_t n; } t[] = {
-                {"ht", a.ht, b.ht, s.state}, {"dq", a.dq, b.dq, s.q},         {"dk", a.dk, b.dk, s.k},
-                {"dv", a.dv, b.dv, s.v},     {"dbeta", a.dbeta, b.dbeta, s.beta}, {"dg", a.dg, b.dg, s.g},
-                {"dmask", a.dmask, b.dmask, s.mask}, {"dh0", a.dh0, b.dh0, s.state}};
-            for (size_t j = 0; j < GDP_ARRAY_LEN(t); j++)
-                if (t[j].x && t[j].n)
-                    GPU_EXPECT(!memcmp(t[j].x, t[j].y, 8 * (size_t)t[j].n), "case %zu %s: %s differs with the saved forward", i,
-                               dtype_name(d.dtype), t[j].name);
+            ResultPair t[8];
+            const size_t nt = same_bits_results(&a, &b, &s, 1, t);
+            for (size_t j = 0; j < nt; j++)
+                GPU_EXPECT(!memcmp(t[j].x, t[j].y, 8 * (size_t)t[j].n), "case %zu %s: %s differs with the saved forward", i,
+                           dtype_name(d.dtype), t[j].name);
             double num = 0, den = 0;
             for (int64_t e = 0; e < s.o; e++) num += (a.o[e] - b.o[e]) * (a.o[e] - b.o[e]), den += a.o[e] * a.o[e];
             const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
@@ -735,17 +746,13 @@ static void fused_vs_apart(int *failures, const char *split_kind) {
             }
             if (!ok) (*failures)++;
             for (int k = 1; k < 3 && ok; k++) {
-                const struct { const char *name; const double *x, *y; int64_t n; } t[] = {
-                    {"dq", io[0].dq, io[k].dq, s.q},         {"dk", io[0].dk, io[k].dk, s.k},
-                    {"dv", io[0].dv, io[k].dv, s.v},         {"dbeta", io[0].dbeta, io[k].dbeta, s.beta},
-                    {"dg", io[0].dg, io[k].dg, s.g},         {"dmask", io[0].dmask, io[k].dmask, s.mask},
-                    {"dh0", io[0].dh0, io[k].dh0, s.state}};
-                for (size_t j = 0; j < GDP_ARRAY_LEN(t); j++)
-                    if (t[j].x && t[j].n)
-                        GPU_EXPECT(!memcmp(t[j].x, t[j].y, 8 * (size_t)t[j].n),
-                                   "case %zu (%s, split %s, %s forward): %s of k_bwd_ab (discard %s) differs from the kernels apart", i,
-                                   d.mode == GDP_MODE_SPLIT ? "split" : "householder", split_kind ? split_kind : "default",
-                                   saved ? "saving" : "plain", t[j].name, runs[k][1]);
+                ResultPair t[8];
+                const size_t nt = same_bits_results(&io[0], &io[k], &s, 0, t);
+                for (size_t j = 0; j < nt; j++)
+                    GPU_EXPECT(!memcmp(t[j].x, t[j].y, 8 * (size_t)t[j].n),
+                               "case %zu (%s, split %s, %s forward): %s of k_bwd_ab (discard %s) differs from the kernels apart", i,
+                               d.mode == GDP_MODE_SPLIT ? "split" : "householder", split_kind ? split_kind : "default",
+                               saved ? "saving" : "plain", t[j].name, runs[k][1]);
             }
             for (int k = 0; k < 3; k++) hostio_free(&io[k]);
         }
