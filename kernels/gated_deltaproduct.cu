@@ -3050,16 +3050,15 @@ template <int CTP> __device__ __forceinline__ void bwd_a_kres_chunk(const Params
             __syncthreads();
         }
         /* the epilogue of K tile kt */
-        if (kt == 0) {
-            if (P.mode == GDP_MODE_SPLIT) {
-                split_keys<bf16_t>(P, c, Kws, LDK, (bf16_t *)nullptr, 0, 0, 128, true);
-                __syncthreads();
-            }
-            if (ptile) store_ds_tile(P, aP, Gs, ct, lc, dSs, mq, nq);
-        }
+        /* split mode's write keys in place of the raw keys, the barrier after the work that does not read
+         * them (a pass and a barrier before it, where every warp waited, were 3% of k_bwd_ab's samples;
+         * in the V loop's first step it made k_bwd_ab<16, 1> spill 140 bytes; session 35) */
+        if (kt == 0 && P.mode == GDP_MODE_SPLIT) split_keys<bf16_t>(P, c, Kws, LDK, (bf16_t *)nullptr, 0, 0, 128, true);
+        if (kt == 0 && ptile) store_ds_tile(P, aP, Gs, ct, lc, dSs, mq, nq);
         frag_each(aK, m1, n1, [&](int r, int, float &v) { v = r < lc ? rowf[r] * v : 0.f; });
-        frag_rowdot(aK, Kws + c0, LDK, m1, n1, pst, 2);
         frag_each(aW, m1, n1, [&](int, int, float &v) { v = -v; });
+        if (kt == 0 && P.mode == GDP_MODE_SPLIT) __syncthreads();
+        frag_rowdot(aK, Kws + c0, LDK, m1, n1, pst, 2);
         /* dW (columns 0-63) and dK_w (64-127) leave through a staging tile in the stage buffer this
          * K tile's last V step read (the other one holds step nvt's copies at kt 0), as 16-byte row
          * pieces after the row-dot barrier (4-byte fragment stores touch 8 rows an instruction) */
@@ -3695,22 +3694,39 @@ template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Param
     /* a chunk row's token, and the key that orders rows for earlier(): the row (householder), its token (split) */
     auto token_of = [&](int r) { return LANES ? r >> LN : tokof(P, r); };
     auto order_of = [&](int r) { return SPLIT ? token_of(r) : r; };
-    /* lanes: the fragment summed over each token's rows, into the lanes of slice 0, which write token
-     * row t of the staging tile (rows < 64 / n; copied out after the next barrier) */
+    /* lanes: the fragment summed over each token's rows into token row t of the staging tile (rows < 64 / n;
+     * copied out after the next barrier), by halving exchanges: the lanes of a pair (g, g ^ 1) each send
+     * the half the other keeps (rows hh = 1 or 0), then at n 4 the pairs (g, g ^ 2) halve the column
+     * tiles; 8 shuffles at n 2 and 12 at n 4 where summing every value in every lane took 16 and 32
+     * (those were 2% of split's k_bwd_ab samples; session 35). The sums pair the rows as before. */
     auto token_rows_stage = [&](float(&F)[4][4]) {
+        const bool p = g & 1; /* keeps row m1 + g + 8 p */
+        float S1[4][2];
 #pragma unroll
-        for (int o = 0; o < LN; o++)
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const float keep = p ? F[nt][2 + j] : F[nt][j], send = p ? F[nt][j] : F[nt][2 + j];
+                S1[nt][j] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+            }
+        const int trow = (m1 + (g & ~(NL - 1)) + 8 * p) >> LN;
+        if constexpr (NL == 2) {
 #pragma unroll
             for (int nt = 0; nt < 4; nt++)
+                *(__nv_bfloat162 *)(Ost + trow * LDT + n1 + nt * 8 + 2 * tq) = __floats2bfloat162_rn(S1[nt][0], S1[nt][1]);
+        } else {
+            const bool q = g & 2; /* keeps column tiles 2 q, 2 q + 1 */
 #pragma unroll
-                for (int e = 0; e < 4; e++) F[nt][e] += __shfl_xor_sync(0xffffffffu, F[nt][e], 4 << o);
-        if (ta == 0)
+            for (int i = 0; i < 2; i++) {
+                float S2[2];
 #pragma unroll
-            for (int hh = 0; hh < 2; hh++)
-#pragma unroll
-                for (int nt = 0; nt < 4; nt++)
-                    *(__nv_bfloat162 *)(Ost + ((m1 + g + hh * 8) >> LN) * LDT + n1 + nt * 8 + 2 * tq) =
-                        __floats2bfloat162_rn(F[nt][2 * hh], F[nt][2 * hh + 1]);
+                for (int j = 0; j < 2; j++) {
+                    const float keep = q ? S1[2 + i][j] : S1[i][j], send = q ? S1[i][j] : S1[2 + i][j];
+                    S2[j] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+                }
+                *(__nv_bfloat162 *)(Ost + trow * LDT + n1 + (2 * q + i) * 8 + 2 * tq) = __floats2bfloat162_rn(S2[0], S2[1]);
+            }
+        }
     };
     /* lanes, after the barrier: the staged token rows t < ct to dst's token rows (width elements) */
     auto token_rows_out = [&](bf16_t *dst, int width) {
@@ -3912,6 +3928,19 @@ template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Param
                  * dk_t = sum_a (M[a,b] beta_(t,a) E_(t,a) + [a == b] (dK_w(t,a) + Q_(t,a))), dK_w being
                  * bwd_a's part in C; dM[a,b] gets beta_(t,a) <E_(t,a), k_t> over slice b. */
                 const float *Mh = P.mask + (int64_t)c.h * rr;
+                /* dm over the lanes of slice ta: the quad, then the rows' other tokens; one lane a slot */
+                auto dm_out = [&](float dm, int bs) {
+                    dm += __shfl_xor_sync(0xffffffffu, dm, 1);
+                    dm += __shfl_xor_sync(0xffffffffu, dm, 2);
+#pragma unroll
+                    for (int o = LN; o < 3; o++) dm += __shfl_xor_sync(0xffffffffu, dm, 4 << o);
+                    if (lane < 4 * NL && tq == 0) dMp[(warp * GDP_SPLIT_FAST_N + ta) * 8 + bs] += dm;
+                };
+                /* the warp's 32 columns within one slice (slices of 32 columns or more, K 128 n 2 or 4):
+                 * the four column groups' dm summed before the lanes' sum, one reduction rather than four
+                 * (their shuffles were 3% of split's k_bwd_ab samples; session 35) */
+                const bool one_slice = slice_of(P, c0 + n1) == slice_of(P, c0 + n1 + 24);
+                float dm_warp = 0.f;
 #pragma unroll
                 for (int nt = 0; nt < 4; nt++) {
                     const int x = n1 + nt * 8 + 2 * tq, bs = slice_of(P, c0 + n1 + nt * 8);
@@ -3934,13 +3963,12 @@ template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Param
                         E[nt][2 * hh] = mb * E[nt][2 * hh] + (own ? cw.x + q0 : 0.f);
                         E[nt][2 * hh + 1] = mb * E[nt][2 * hh + 1] + (own ? cw.y + q1 : 0.f);
                     }
-                    /* over the lanes of slice ta: the quad, then the rows' other tokens; one lane a slot */
-                    dm += __shfl_xor_sync(0xffffffffu, dm, 1);
-                    dm += __shfl_xor_sync(0xffffffffu, dm, 2);
-#pragma unroll
-                    for (int o = LN; o < 3; o++) dm += __shfl_xor_sync(0xffffffffu, dm, 4 << o);
-                    if (lane < 4 * NL && tq == 0) dMp[(warp * GDP_SPLIT_FAST_N + ta) * 8 + bs] += dm;
+                    if (one_slice)
+                        dm_warp += dm;
+                    else
+                        dm_out(dm, bs);
                 }
+                if (one_slice) dm_out(dm_warp, slice_of(P, c0 + n1));
                 token_rows_stage(E);
             } else {
                 frag_rowdot_acc(E, Rt, LDT, m1, n1, e0, e1);
