@@ -3624,7 +3624,8 @@ template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Param
     constexpr int NL = LANES ? KIND - BWDB_SPLIT_LANES : 1, LN = NL == 4 ? 2 : NL == 2 ? 1 : 0; /* lanes: n, log2 n */
     static_assert(!LANES || NL == 2 || NL == 4, "the lanes kinds are n 2 and 4");
     constexpr int LDH = 36; /* 32-column fp32 halves of E (split mode) */
-    const int nkt = P.nkt, nvt = P.nvt, NS = 2 * nkt + nvt, lc = c.lc, ct = c.ct, n = P.n, tid = threadIdx.x;
+    /* n is compile-time in the lanes kinds: the row and token address math folds (session 35) */
+    const int nkt = P.nkt, nvt = P.nvt, NS = 2 * nkt + nvt, lc = c.lc, ct = c.ct, n = LANES ? NL : P.n, tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, rr = SPLIT ? n * n : 0;
     float *Gs = (float *)smem, *br = Gs + 64, *gam = br + 64, *dGr = gam + 64, *pdb = dGr + 64, *pdg = pdb + 128;
     float *dMs = pdg + 128, *dMp = dMs + GDP_SPLIT_FAST_RR;
@@ -3640,12 +3641,15 @@ template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Param
     const int64_t kstride = (int64_t)P.H * P.K, vstride = (int64_t)P.H * P.V;
     const int64_t row0 = (int64_t)c.tok0 * n * P.H + c.h; /* householder: the chunk's first slot row, in rows of one head */
     const int64_t tokrow0 = (int64_t)c.tok0 * P.H + c.h;  /* the chunk's first token row */
+    /* a chunk row's token, and the key that orders rows for earlier(): the row (householder), its token (split) */
+    auto token_of = [&](int r) { return LANES ? r >> LN : tokof(P, r); };
+    auto order_of = [&](int r) { return SPLIT ? token_of(r) : r; };
     /* rows r < lc of k or v (width K or V) from column tile src0 */
     auto rows_in = [&](bf16_t *dst, const bf16_t *src0, int width) {
         if (!SPLIT) {
             cp_token_rows<64, 64>(dst, LDT, src0 + row0 * width, (int64_t)P.H * width, lc);
         } else { /* every row of a token holds the token's key or value */
-            cp_rows_of<64, 64>(dst, LDT, [&](int r) { return src0 + (tokrow0 + (int64_t)tokof(P, r) * P.H) * width; }, lc);
+            cp_rows_of<64, 64>(dst, LDT, [&](int r) { return src0 + (tokrow0 + (int64_t)token_of(r) * P.H) * width; }, lc);
         }
     };
     /* Split mode's raw keys are read by split_keys only, which takes token t's 8-column group x from
@@ -3691,9 +3695,6 @@ template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Param
     const bool raw_keys = LANES && (P.K >> LN) % GDP_TILE == 0;
     /* lanes, n 2, raw keys: Dp stored once for each slice b, scaled by M[a, b] (see the dA products) */
     const bool slice_dp = raw_keys && NL == 2;
-    /* a chunk row's token, and the key that orders rows for earlier(): the row (householder), its token (split) */
-    auto token_of = [&](int r) { return LANES ? r >> LN : tokof(P, r); };
-    auto order_of = [&](int r) { return SPLIT ? token_of(r) : r; };
     /* lanes: the fragment summed over each token's rows into token row t of the staging tile (rows < 64 / n;
      * copied out after the next barrier), by halving exchanges: the lanes of a pair (g, g ^ 1) each send
      * the half the other keeps (rows hh = 1 or 0), then at n 4 the pairs (g, g ^ 2) halve the column
@@ -3743,7 +3744,7 @@ template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Param
         cp_wait<0>();
         __syncthreads(); /* stage st's tiles are in, and every warp is past stage st - 1 */
         if (st + 1 < NS) issue(st + 1, b ^ 1);
-        if (st == 0 && tid < 64) gam[tid] = tid < lc ? gate_exp(Gs[tokof(P, tid)]) : 0.f;
+        if (st == 0 && tid < 64) gam[tid] = tid < lc ? gate_exp(Gs[token_of(tid)]) : 0.f;
         bf16_t *A = Ab(b), *Bt = Bb(b), *C = Cb(b);
         if (raw_keys && st < nkt) { /* dW R^T = (dW k^T) M[a_j, b] column by column, the tile within slice b */
             const int bsl = slice_of(P, st * GDP_TILE);
