@@ -1488,7 +1488,12 @@ template <int KP, int CTP, bool RAW> __global__ void __launch_bounds__(NTHREADS,
     bf16_t *R = hh ? Kw : r_in_tf ? (bf16_t *)Tf : Kw + 64 * LDK;
     /* raw keys (split mode: every row of a token holds the token's key; made into R and K_w below) */
     const bf16_t *k0row = krow<bf16_t>(P, c.tok0, c.h, 0), *v0row = vrow<bf16_t>(P, c.tok0, c.h, 0);
-    cp_rows_of<64, KP>(Kw, LDK, [&](int r) { return k0row + chunk_row_step(P, r) * KP; }, lc);
+    /* RAW's n (1, 2 or 4) is GDP_CHUNK / CTP (the launch checks it): a template constant, so the row
+     * and token address math folds (in bwd_b's lanes kinds the same took every spill away and 2.5% off
+     * k_bwd_ab; session 35) */
+    constexpr int NRAW = GDP_CHUNK / CTP;
+    auto row_step = [&](int r) { return RAW ? (int64_t)(r / NRAW) * P.H : chunk_row_step(P, r); };
+    cp_rows_of<64, KP>(Kw, LDK, [&](int r) { return k0row + row_step(r) * KP; }, lc);
     cp_token_rows<CTP, KP>(QV, LDK, (const bf16_t *)P.q + ((int64_t)c.tok0 * P.H + c.h) * KP, (int64_t)P.H * KP, ct);
     cp_commit();
     load_gates<bf16_t>(P, c, Gs, br);
@@ -1499,7 +1504,7 @@ template <int KP, int CTP, bool RAW> __global__ void __launch_bounds__(NTHREADS,
      * slices and M themselves: A and P as one product a slice b, added where column j's slice is b
      * (A with M[a_i, b]); Kwd masked as it is written; W with M[a_j, b] on T's columns. Neither R
      * nor K_w is built (split_keys twice, two barriers). */
-    const int n = P.n, sw = KP / n;
+    const int n = RAW ? NRAW : P.n, sw = KP / n;
     constexpr bool keys_raw = RAW;
     if (!hh && !keys_raw) {
         split_keys<bf16_t>(P, c, Kw, LDK, R, LDK, 0, KP, true);
@@ -1526,7 +1531,7 @@ template <int KP, int CTP, bool RAW> __global__ void __launch_bounds__(NTHREADS,
         }
     };
     if (tid < 64) {
-        const float G = Gs[tokof(P, tid)];
+        const float G = Gs[RAW ? tid / NRAW : tokof(P, tid)];
         rowf[tid] = tid < lc ? gate_exp(Gs[ct - 1] - G) : 0.f;
         bg[tid] = br[tid] * gate_exp(G); /* beta gamma per row (0 past lc) */
         P.G[c.ch * GDP_CHUNK + tid] = Gs[tid];
@@ -1578,7 +1583,7 @@ template <int KP, int CTP, bool RAW> __global__ void __launch_bounds__(NTHREADS,
     __syncthreads();
     /* V into QV (q is no longer needed) while Kwd is written and T solved */
     for (int v0 = 0; v0 < P.VP; v0 += GDP_TILE)
-        cp_rows_of<64, GDP_TILE>(QV + v0, ldv, [&](int r) { return v0row + chunk_row_step(P, r) * P.VP + v0; }, lc);
+        cp_rows_of<64, GDP_TILE>(QV + v0, ldv, [&](int r) { return v0row + row_step(r) * P.VP + v0; }, lc);
     cp_commit();
     bf16_t *Tw = (bf16_t *)Af, *Tu = Tw + 64 * LDT, *Kwd = (bf16_t *)P.Kwd + c.ch * P.sW;
     bf16_t *Tg = P.Tsave ? (bf16_t *)P.Tsave + c.ch * (GDP_CHUNK * GDP_CHUNK) : nullptr;
@@ -4636,7 +4641,8 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
     const bool split = P.mode == GDP_MODE_SPLIT;
     const size_t spf = prep2_fast_smem(pl.KP, pl.Ctp, split, pl.VP);
     /* split mode's keys as loaded: n a power of two whose slices hold whole quarters of the columns */
-    const bool raw_keys = split && !(P.n & (P.n - 1)) && pl.KP <= 128 && (pl.KP / P.n) % (pl.KP / 4) == 0;
+    const bool raw_keys = split && !(P.n & (P.n - 1)) && pl.KP <= 128 && (pl.KP / P.n) % (pl.KP / 4) == 0 &&
+                          pl.Ctp * P.n == GDP_CHUNK; /* k_prep2_fast<RAW> takes n as GDP_CHUNK / CTP */
     if (use_fast<IT>("prep") && fast_shape(pl, P) && prep2_fast_kernel(pl.KP, pl.Ctp, raw_keys) && spf <= (size_t)limit) {
         GdpStatus s = launch(who, "k_prep2_fast", prep2_fast_kernel(pl.KP, pl.Ctp, raw_keys), chunk_grid(), spf, st, P);
         if (s != GDP_OK) return s;
