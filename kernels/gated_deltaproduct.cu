@@ -3058,11 +3058,12 @@ template <int CTP> __device__ __forceinline__ void bwd_a_kres_chunk(const Params
         /* split mode's write keys in place of the raw keys, the barrier after the work that does not read
          * them (a pass and a barrier before it, where every warp waited, were 3% of k_bwd_ab's samples;
          * in the V loop's first step it made k_bwd_ab<16, 1> spill 140 bytes; session 35) */
-        if (kt == 0 && P.mode == GDP_MODE_SPLIT) split_keys<bf16_t>(P, c, Kws, LDK, (bf16_t *)nullptr, 0, 0, 128, true);
+        const bool mask_keys = kt == 0 && P.mode == GDP_MODE_SPLIT;
+        if (mask_keys) split_keys<bf16_t>(P, c, Kws, LDK, (bf16_t *)nullptr, 0, 0, 128, true);
         if (kt == 0 && ptile) store_ds_tile(P, aP, Gs, ct, lc, dSs, mq, nq);
         frag_each(aK, m1, n1, [&](int r, int, float &v) { v = r < lc ? rowf[r] * v : 0.f; });
         frag_each(aW, m1, n1, [&](int, int, float &v) { v = -v; });
-        if (kt == 0 && P.mode == GDP_MODE_SPLIT) __syncthreads();
+        if (mask_keys) __syncthreads();
         frag_rowdot(aK, Kws + c0, LDK, m1, n1, pst, 2);
         /* dW (columns 0-63) and dK_w (64-127) leave through a staging tile in the stage buffer this
          * K tile's last V step read (the other one holds step nvt's copies at kt 0), as 16-byte row
@@ -3706,15 +3707,16 @@ template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Param
      * tiles; 8 shuffles at n 2 and 12 at n 4 where summing every value in every lane took 16 and 32
      * (those were 2% of split's k_bwd_ab samples; session 35). The sums pair the rows as before. */
     auto token_rows_stage = [&](float(&F)[4][4]) {
+        /* the lane keeps lo or (upper) hi, sends the other to lane ^ xor_mask, and adds what it receives */
+        auto halve = [](bool upper, float lo, float hi, int xor_mask) {
+            return (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, xor_mask);
+        };
         const bool p = g & 1; /* keeps row m1 + g + 8 p */
         float S1[4][2];
 #pragma unroll
         for (int nt = 0; nt < 4; nt++)
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const float keep = p ? F[nt][2 + j] : F[nt][j], send = p ? F[nt][j] : F[nt][2 + j];
-                S1[nt][j] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
-            }
+            for (int j = 0; j < 2; j++) S1[nt][j] = halve(p, F[nt][j], F[nt][2 + j], 4);
         const int trow = (m1 + (g & ~(NL - 1)) + 8 * p) >> LN;
         if constexpr (NL == 2) {
 #pragma unroll
@@ -3726,10 +3728,7 @@ template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Param
             for (int i = 0; i < 2; i++) {
                 float S2[2];
 #pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    const float keep = q ? S1[2 + i][j] : S1[i][j], send = q ? S1[i][j] : S1[2 + i][j];
-                    S2[j] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
-                }
+                for (int j = 0; j < 2; j++) S2[j] = halve(q, S1[i][j], S1[2 + i][j], 8);
                 *(__nv_bfloat162 *)(Ost + trow * LDT + n1 + (2 * q + i) * 8 + 2 * tq) = __floats2bfloat162_rn(S2[0], S2[1]);
             }
         }
@@ -3945,7 +3944,8 @@ template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Param
                 /* the warp's 32 columns within one slice (slices of 32 columns or more, K 128 n 2 or 4):
                  * the four column groups' dm summed before the lanes' sum, one reduction rather than four
                  * (their shuffles were 3% of split's k_bwd_ab samples; session 35) */
-                const bool one_slice = slice_of(P, c0 + n1) == slice_of(P, c0 + n1 + 24);
+                const int warp_slice = slice_of(P, c0 + n1);
+                const bool one_slice = warp_slice == slice_of(P, c0 + n1 + 24);
                 float dm_warp = 0.f;
 #pragma unroll
                 for (int nt = 0; nt < 4; nt++) {
@@ -3974,7 +3974,7 @@ template <int KIND> __device__ __forceinline__ void bwd_b_fast_chunk(const Param
                     else
                         dm_out(dm, bs);
                 }
-                if (one_slice) dm_out(dm_warp, slice_of(P, c0 + n1));
+                if (one_slice) dm_out(dm_warp, warp_slice);
                 token_rows_stage(E);
             } else {
                 frag_rowdot_acc(E, Rt, LDT, m1, n1, e0, e1);
