@@ -33,6 +33,30 @@ void cli_usage_error(const CliCommand *cmd, const char *fmt, ...) {
     exit(2);
 }
 
+/* The command being parsed, so that cli_int and cli_double, called from its handler, can name it
+ * and point to its --help like every other usage error. */
+static const CliCommand *parsing;
+
+/* getopt_long answers '?' alike for an unknown option, an ambiguous abbreviation and a value given
+ * to a switch; each needs a different change, so the message tells them apart. */
+static void bad_option(const CliCommand *cmd, const char *arg) {
+    if (optopt >= 1000 && optopt < 1000 + cmd->n_opts)
+        cli_usage_error(cmd, "option '--%s' takes no value", cmd->opts[optopt - 1000].name);
+    if (optopt == 'h' && !strncmp(arg, "--", 2)) cli_usage_error(cmd, "option '--help' takes no value");
+    if (optopt) cli_usage_error(cmd, "unknown option '-%c'", optopt);
+    if (strncmp(arg, "--", 2)) cli_usage_error(cmd, "unknown option '%s'", arg);
+    const char *name = arg + 2;
+    const int len = (int)strcspn(name, "=");
+    char list[1024] = "";
+    size_t used = 0;
+    int n = 0;
+    for (int i = 0; len > 0 && i < cmd->n_opts && used < sizeof list; i++)
+        if (!strncmp(cmd->opts[i].name, name, (size_t)len))
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s--%s", n++ ? ", " : "", cmd->opts[i].name);
+    if (n > 1) cli_usage_error(cmd, "option '--%.*s' is ambiguous: it could be %s", len, name, list);
+    cli_usage_error(cmd, "unknown option '--%.*s'", len, name);
+}
+
 int cli_parse(const CliCommand *cmd, int argc, char **argv, CliHandler handler, void *user, char **positional,
               int max_positional) {
     struct option *longopts = calloc((size_t)cmd->n_opts + 2, sizeof(struct option));
@@ -72,10 +96,7 @@ int cli_parse(const CliCommand *cmd, int argc, char **argv, CliHandler handler, 
             free(longopts);
             exit(0);
         }
-        if (c == '?') {
-            if (optopt) cli_usage_error(cmd, "unknown option '-%c'", optopt);
-            cli_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
-        }
+        if (c == '?') bad_option(cmd, argv[optind - 1]);
         if (c == ':') cli_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
         const CliOpt *o = NULL;
         if (c >= 1000)
@@ -84,7 +105,9 @@ int cli_parse(const CliCommand *cmd, int argc, char **argv, CliHandler handler, 
             for (int i = 0; i < cmd->n_opts; i++)
                 if (cmd->opts[i].short_name == c) o = &cmd->opts[i];
         if (!o) cli_usage_error(cmd, "unknown option");
+        parsing = cmd;
         handler(o, o->arg ? optarg : NULL, user);
+        parsing = NULL;
     }
     free(longopts);
     return npos;
@@ -95,10 +118,12 @@ long long cli_int(const char *flag, const char *text, long long lo, long long hi
     errno = 0;
     long long v = strtoll(text, &end, 10);
     if (errno || !end || end == text || *end) {
+        if (parsing) cli_usage_error(parsing, "--%s '%s' is not a whole number", flag, text);
         fprintf(stderr, "gdp: --%s '%s' is not a whole number\n", flag, text);
         exit(2);
     }
     if (v < lo || v > hi) {
+        if (parsing) cli_usage_error(parsing, "--%s %lld is out of range: use a value from %lld to %lld", flag, v, lo, hi);
         fprintf(stderr, "gdp: --%s %lld is out of range: use a value from %lld to %lld\n", flag, v, lo, hi);
         exit(2);
     }
@@ -110,10 +135,12 @@ double cli_double(const char *flag, const char *text, double lo, double hi) {
     errno = 0;
     double v = strtod(text, &end);
     if (errno || !end || end == text || *end || isnan(v)) {
+        if (parsing) cli_usage_error(parsing, "--%s '%s' is not a number", flag, text);
         fprintf(stderr, "gdp: --%s '%s' is not a number\n", flag, text);
         exit(2);
     }
     if (v < lo || v > hi) {
+        if (parsing) cli_usage_error(parsing, "--%s %g is out of range: use a value from %g to %g", flag, v, lo, hi);
         fprintf(stderr, "gdp: --%s %g is out of range: use a value from %g to %g\n", flag, v, lo, hi);
         exit(2);
     }

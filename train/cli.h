@@ -20,7 +20,8 @@ typedef struct CliCommand {
 } CliCommand;
 
 /* Callback per parsed option: `opt` is the table entry, `value` its argument (NULL for switches).
- * Returning false stops with an error. Positional arguments are collected into positional[]. */
+ * A bad value ends the program through cli_usage_error. Positional arguments are collected into
+ * positional[]. */
 typedef void (*CliHandler)(const CliOpt *opt, const char *value, void *user);
 
 /* Parses argv (argv[0] is the subcommand name). Prints help and exits 0 on --help; prints the
@@ -31,7 +32,7 @@ int cli_parse(const CliCommand *cmd, int argc, char **argv, CliHandler handler, 
 void cli_print_help(const CliCommand *cmd);
 
 /* Strict number parsing: the whole text must be a number within [lo, hi]; otherwise a clear
- * error naming the flag, then exit 2. */
+ * error naming the flag (from a cli_parse handler, as a usage error of its command), then exit 2. */
 long long cli_int(const char *flag, const char *text, long long lo, long long hi);
 double cli_double(const char *flag, const char *text, double lo, double hi);
 /* Exits 2 with "gdp <cmd>: <message>" and a pointer to --help. */
