@@ -10,10 +10,10 @@ static const SubCommand commands[] = {
     {"vectors", cmd_vectors, "check the Gated DeltaProduct op against the float64 reference vectors (.h5)"},
     {"prepare", cmd_prepare, "text files (plain or gzip) -> tokenizer + llm.c-format token shards"},
     {"train", cmd_train, "train a Gated DeltaProduct language model (AdamW, checkpoints, exact resume)"},
-    {"generate", cmd_generate, "continue a prompt from a checkpoint (recurrent decoding on the cpu)"},
+    {"generate", cmd_generate, "continue a prompt from a checkpoint (recurrent decoding on the cpu or cuda)"},
     {"eval", cmd_eval, "loss, perplexity and bits per byte of a checkpoint on a data split"},
     {"tasks", cmd_tasks, "state tracking: train and test on group word problems (S3, S4, A5, S5, parity)"},
-    {"bench", cmd_bench, "time the Gated DeltaProduct op on CUDA (forward, forward+backward, TFLOP/s)"},
+    {"bench", cmd_bench, "time on CUDA: 'bench op' the Gated DeltaProduct op, 'bench matmul' the model's GEMMs"},
 };
 
 static void print_help(void) {
