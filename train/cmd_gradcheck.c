@@ -12,11 +12,11 @@
 #include "train/model_gradcheck.h"
 
 static const CliOpt gradcheck_opts[] = {
-    {"device", 'd', "DEV", "cpu (finite differences in f64, default) or cuda (CUDA f32 and bf16 vs CPU f64)"},
+    {"device", 'd', "DEV", "cpu (finite differences in f64, default), cuda (CUDA f32 and bf16 vs CPU f64) or auto"},
     {"op", 'o', "NAME", "check only this op (default: all registered ops)"},
     {"seed", 's', "N", "random seed for inputs (default 1)"},
     {"list", 'l', NULL, "list the registered ops and exit"},
-    {"model", 'm', "PRESET", "check the whole model of this preset (tiny), every parameter, both modes, f64 on cpu"},
+    {"model", 'm', "PRESET", "tiny (the one preset it takes): the whole model, every parameter, both modes, f64 on cpu"},
     {"verbose", 'v', NULL, "with --model: one line per parameter (default: failures only)"},
 };
 static const CliCommand gradcheck_cmd = {
@@ -36,7 +36,11 @@ typedef struct GradcheckArgs {
 
 static void on_opt(const CliOpt *o, const char *v, void *user) {
     GradcheckArgs *a = (GradcheckArgs *)user;
-    if (!strcmp(o->name, "device")) a->device = v;
+    if (!strcmp(o->name, "device")) {
+        if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
+            cli_usage_error(&gradcheck_cmd, "--device '%s': use cpu, cuda or auto", v);
+        a->device = v;
+    }
     if (!strcmp(o->name, "op")) a->op = v;
     if (!strcmp(o->name, "seed")) a->seed = (uint64_t)cli_int("seed", v, 0, (long long)1 << 62);
     if (!strcmp(o->name, "list")) a->list = true;
@@ -75,13 +79,20 @@ int cmd_gradcheck(int argc, char **argv) {
         for (int i = 0; i < gdp_op_registry_len; i++) printf("%s\n", gdp_op_registry[i]->name);
         return 0;
     }
+    /* before device_parse, which ends a CPU-only build's --device cuda as a runtime error */
+    if (a.model && !strcmp(a.device, "cuda"))
+        cli_usage_error(&gradcheck_cmd, "--model checks on the cpu in float64; drop --device");
     Device dev = device_parse(a.device, "--device");
     if (a.model) {
         if (dev != DEV_CPU) cli_usage_error(&gradcheck_cmd, "--model checks on the cpu in float64; drop --device");
         ModelConfig probe;
         if (!model_config_preset(&probe, a.model))
-            cli_usage_error(&gradcheck_cmd, "--model '%s' is not a preset: use one of %s", a.model,
-                            model_config_preset_names());
+            cli_usage_error(&gradcheck_cmd, "--model '%s' is not a preset: use tiny", a.model);
+        /* the check's context has the default 64 MiB parameter arena (core/ctx.c), which the
+         * float64 parameters of small and base overflow */
+        if (strcmp(a.model, "tiny"))
+            cli_usage_error(&gradcheck_cmd, "--model %s: only the tiny preset fits the check's float64 arenas; use "
+                            "--model tiny", a.model);
         int n = 0, f = model_gradcheck_preset(a.model, a.seed, a.verbose, &n);
         printf("gradcheck model %s: %d parameter checks, %d failed\n", a.model, n, f);
         return f ? 1 : 0;
