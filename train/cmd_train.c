@@ -242,7 +242,9 @@ char *train_resolve_checkpoint(const char *path, const char *flag) {
     if (stat(path, &st) != 0) gdp_fatal("%s '%s': no such file or folder", flag, path);
     if (S_ISDIR(st.st_mode)) {
         char *p = checkpoint_latest(path);
-        if (!p) gdp_fatal("%s '%s': the folder has no 'latest' file (no checkpoint was written there)", flag, path);
+        if (!p)
+            gdp_fatal("%s '%s': the folder has no 'latest' file (no checkpoint was written there): give a checkpoint "
+                      "file (ckpt_NNNNNNNN.h5) or the --out folder of a gdp train run that saved one", flag, path);
         return p;
     }
     char *p = (char *)xmalloc(strlen(path) + 1);
