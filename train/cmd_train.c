@@ -577,8 +577,9 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
 /* ---- the command line --------------------------------------------------------------------------- */
 
 static const CliOpt train_opts[] = {
-    {"preset", 'p', "NAME", "model preset: tiny (default), small, base"},
-    {"config", 'c', "FILE", "model config file of `key = value` lines (fla GatedDeltaProductConfig names)"},
+    {"preset", 'p', "NAME", "model preset: tiny (default without --config), small, base"},
+    {"config", 'c', "FILE", "model config file of `key = value` lines (fla GatedDeltaProductConfig names); keys it "
+                            "leaves out come from --preset, or without one from fla's defaults"},
     {"set", 0, "KEY=VALUE", "override one model config key (repeatable), e.g. --set num_householder=3"},
     {"data", 'i', "PATH", "prepared shard folder (gdp prepare), shard file or pattern, or a text file (bytes)"},
     {"val-fraction", 0, "F", "text files: share held out for validation (default 0.05)"},
@@ -599,9 +600,10 @@ static const CliOpt train_opts[] = {
     {"eps", 0, "EPS", "AdamW epsilon (default 1e-8)"},
     {"eval-every", 'v', "N", "validation loss every N steps (default 100; 0 = only at the end)"},
     {"eval-batches", 'm', "N", "batches per validation (default 8)"},
-    {"checkpoint-every", 'n', "N", "checkpoint every N steps (default 0: only at the end)"},
+    {"checkpoint-every", 'n', "N", "checkpoint into --out every N steps (default 0: only at the end)"},
     {"keep", 0, "N", "checkpoints to keep (default 3; 0 = all)"},
-    {"out", 'o', "DIR", "output folder: log.tsv, loss plot, config.txt, checkpoints and `latest`"},
+    {"out", 'o', "DIR", "output folder: log.tsv, loss plot, config.txt, checkpoints and `latest` (default none: "
+                        "nothing is written)"},
     {"resume", 'y', "PATH", "resume from a checkpoint file, or from a folder's latest checkpoint"},
     {"seed", 's', "N", "seed of the initialisation and the data order (default 1)"},
     {"zero", 'z', "STAGE", "0 (default): replicated AdamW; 1: AdamW state sharded over ranks"},
@@ -630,7 +632,7 @@ static const CliOpt train_opts[] = {
     {"persist-mem", 0, "MiB", "parameter/optimizer arena size (default: estimated)"},
 };
 static const CliCommand train_cmd = {
-    "train", "gdp train [--preset NAME | --config FILE] [--set KEY=VALUE ...] --data PATH [options]",
+    "train", "gdp train [--preset NAME] [--config FILE] [--set KEY=VALUE ...] --data PATH [options]",
     "Trains a Gated DeltaProduct language model with AdamW: one progress line per step, DIR/log.tsv, a loss\n"
     "plot and checkpoints (exact resume with --resume). Under mpirun every rank trains on its own slice of\n"
     "each global batch and gradients are averaged (MPI on cpu, NCCL on cuda); rank 0 logs and saves.",
