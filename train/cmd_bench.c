@@ -41,7 +41,8 @@ static const CliCommand bench_cmd = {
     "runs timed with CUDA events after --warmup runs), TFLOP/s with FLOPs counted as fla-study §6, and\n"
     "the ratio to the floor max(FLOPs / 709 TFLOP/s, minimum bytes / 4.2 TB/s). Gate on, no h0/ht. The last\n"
     "column, saved f+b, is forward+backward with the forward's chunk intermediates kept for the backward\n"
-    "(GdpForwardArgs.saved, as training without --selective-recompute runs the op).\n"
+    "(GdpForwardArgs.saved, as training without --selective-recompute runs the op). The peer columns are\n"
+    "fla's times from baselines/h200.md, filled in at the default shape only (bf16 householder, n 1 to 3).\n"
     "matmul: times the base preset's linear-layer GEMMs (y, dx, dW) over --tokens rows, with f32 operands\n"
     "rounded inside cuBLAS, bf16 operands and outputs, and bf16 operands with f32 outputs.",
     bench_opts, (int)GDP_ARRAY_LEN(bench_opts)};
