@@ -536,8 +536,8 @@ static const CliOpt tasks_opts[] = {
     {"eval-seqs", 0, "N", "words per such check (default 256)"},
     {"early-stop", 0, "ACC", "stop once a check reaches this accuracy, e.g. 0.99 as the paper (default off)"},
     {"eval-batch", 0, "B", "words per forward pass at evaluation (default: --batch)"},
-    {"out", 'o', "DIR", "run folder (required): accuracy.tsv, accuracy.png (or .svg), result.txt, log.tsv, "
-                        "checkpoint"},
+    {"out", 'o', "DIR", "run folder (required): accuracy.tsv, accuracy.png (or .svg), result.txt, progress.tsv "
+                        "(with --eval-every), and the training's log.tsv, loss plot, config.txt and checkpoint"},
     {"seed", 's', "N", "seed of the initialisation and the training words (default 1)"},
     {"print-every", 0, "N", "training progress line every N steps (default 50)"},
     {"quiet", 'q', NULL, "only the result line"},
