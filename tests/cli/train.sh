@@ -25,6 +25,9 @@ expect_exit 2 "unknown model config key" "bad --set key" "$GDP" train --data "$T
 expect_exit 2 "householder or split" "bad --set value" "$GDP" train --data "$T" --set mode=diagonal
 expect_exit 2 "cpu, cuda or auto" "bad --device" "$GDP" train --data "$T" --device tpu
 expect_exit 2 "needs a value" "missing value" "$GDP" train --data
+expect_exit 2 "'--quiet' takes no value" "value given to a switch" "$GDP" train --data "$T" --quiet=1
+expect_exit 2 "could be --set, --steps" "ambiguous abbreviation" "$GDP" train --data "$T" --s 3
+expect_exit 2 "gdp train --help" "bad number points to --help" "$GDP" train --data "$T" --lr fast
 printf 'hidden_size = 64\nnum_hedas = 2\n' >"$TMP/bad.cfg"
 expect_exit 2 "line 2" "bad config file" "$GDP" train --data "$T" --config "$TMP/bad.cfg"
 expect_exit 1 "No such file" "missing data" "$GDP" train --data "$TMP/missing.txt" --steps 2
@@ -93,6 +96,8 @@ expect_exit 1 "error" "corrupt checkpoint" "$GDP" eval --checkpoint "$TMP/broken
 
 # ---- whole-model gradient check (float64 finite differences, both modes)
 expect_exit 0 "0 failed" "gradcheck --model tiny" "$GDP" gradcheck --model tiny
+expect_exit 2 "use --model tiny" "gradcheck --model small" "$GDP" gradcheck --model small
+expect_exit 2 "cpu, cuda or auto" "gradcheck bad --device" "$GDP" gradcheck --device tpu
 
 [ $fail -eq 0 ] && echo "train cli: all ok" || echo "train cli: FAILED"
 exit $fail
