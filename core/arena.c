@@ -2,13 +2,25 @@
 
 #include "core/common.h"
 
+/* The arena's memory. A request the machine cannot meet is a usage problem, not a bug: the sizes
+ * follow the model, --batch and --seq (or a size flag), so the message says to lower those. */
+static unsigned char *arena_reserve(const Arena *a, size_t capacity) {
+    if (!capacity) return NULL;
+    unsigned char *p = (unsigned char *)device_try_malloc(a->device, capacity);
+    if (!p)
+        gdp_fatal("arena '%s': %.1f MiB of %s memory could not be allocated; the arenas grow with the model, --batch "
+                  "and --seq: lower those (or a size you gave, such as --persist-mem or --act-mem)",
+                  a->name, (double)capacity / (1 << 20), a->device == DEV_CUDA ? "GPU" : "host");
+    return p;
+}
+
 void arena_init(Arena *a, const char *name, Device dev, size_t capacity, const char *hint) {
     memset(a, 0, sizeof(*a));
     a->name = name;
     a->hint = hint ? hint : "raise the arena size";
     a->device = dev;
     a->capacity = capacity;
-    a->base = capacity ? (unsigned char *)device_malloc(dev, capacity) : NULL;
+    a->base = arena_reserve(a, capacity);
 }
 
 void arena_release(Arena *a) {
@@ -21,7 +33,7 @@ void arena_resize(Arena *a, size_t capacity) {
     GDP_CHECK(a->used == 0, "arena '%s': resized while %zu bytes are in use", a->name, a->used);
     if (a->base) device_free(a->device, a->base);
     a->capacity = capacity;
-    a->base = capacity ? (unsigned char *)device_malloc(a->device, capacity) : NULL;
+    a->base = arena_reserve(a, capacity);
 }
 
 void *arena_alloc(Arena *a, size_t bytes) {

@@ -42,6 +42,24 @@ Device device_parse(const char *text, const char *flag_name) {
     gdp_fatal("%s '%s' is not a device: use cpu, cuda or auto", flag_name, text);
 }
 
+void *device_try_malloc(Device dev, size_t bytes) {
+    if (bytes == 0) bytes = 1;
+    if (dev == DEV_CPU) {
+        void *p = NULL;
+        return posix_memalign(&p, 256, bytes) == 0 ? p : NULL;
+    }
+#ifdef GDP_CUDA
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError(); /* an allocation failure is not sticky: clear it for the caller's next call */
+        return NULL;
+    }
+    return p;
+#else
+    gdp_fatal("device_try_malloc on cuda: this build has no CUDA support");
+#endif
+}
+
 void *device_malloc(Device dev, size_t bytes) {
     if (bytes == 0) bytes = 1;
     if (dev == DEV_CPU) {

@@ -17,7 +17,10 @@ bool gdp_built_with_cuda(void);
 /* Parses "cpu", "cuda" or "auto" (cuda when available); fatal error naming the flag otherwise. */
 Device device_parse(const char *text, const char *flag_name);
 
+/* device_malloc ends the program when the memory is not there; device_try_malloc returns NULL, so
+ * that the caller can say what to change */
 void *device_malloc(Device dev, size_t bytes);
+void *device_try_malloc(Device dev, size_t bytes);
 void device_free(Device dev, void *p);
 /* Copies between any pair of devices; synchronous with respect to the host. */
 void device_memcpy(void *dst, Device dst_dev, const void *src, Device src_dev, size_t bytes);

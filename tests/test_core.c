@@ -8,6 +8,13 @@
 #include "core/ops.h"
 #include "tests/check_main.h"
 
+#ifdef __SANITIZE_ADDRESS__
+/* under ASan, a request beyond its limit returns NULL as libc's would (its default is to abort,
+ * which would pass arena_too_large_for_the_machine_is_a_clear_error for the wrong reason) */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+#endif
+
 START_TEST(arena_aligns_and_rewinds) {
     Arena a;
     arena_init(&a, "test", DEV_CPU, 4096, "raise it");
@@ -45,6 +52,13 @@ START_TEST(ctx_fit_arenas_shrinks_to_the_step) {
     ck_assert_uint_le(ctx->acts.capacity, ctx->acts.high_water * 2 + ((size_t)16 << 20));
     ck_assert_double_eq(first, second);
     ctx_destroy(ctx);
+}
+END_TEST
+
+/* more than any machine has: an error that says what to lower, not a crash */
+START_TEST(arena_too_large_for_the_machine_is_a_clear_error) {
+    Arena a;
+    arena_init(&a, "huge", DEV_CPU, (size_t)1 << 62, NULL); /* exits 1 naming the arena */
 }
 END_TEST
 
@@ -232,6 +246,7 @@ static Suite *make_suite(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, arena_aligns_and_rewinds);
     tcase_add_exit_test(tc, arena_exhaustion_is_a_clear_error, 1);
+    tcase_add_exit_test(tc, arena_too_large_for_the_machine_is_a_clear_error, 1);
     tcase_add_test(tc, ctx_fit_arenas_shrinks_to_the_step);
     tcase_add_test(tc, add_forward_hand_case);
     tcase_add_test(tc, fan_out_accumulates_gradients);
