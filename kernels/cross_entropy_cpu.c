@@ -4,26 +4,33 @@
 #include "core/common.h"
 #include "kernels/cross_entropy.h"
 
+/* The rows' log-sum-exps in parallel (each in double, in column order), then the loss summed over
+ * the rows in order: the result does not depend on the number of threads. */
 #define DEFINE_CE(T, SUF)                                                                                      \
     static int64_t ce_fwd_##SUF(T *loss, T *lse, int32_t *count, const T *x, const int32_t *tg, int64_t n,     \
                                 int64_t v, int32_t *bad_target) {                                              \
-        int64_t bad = -1, cnt = 0;                                                                            \
-        double total = 0;                                                                                     \
+        double *row_lse = (double *)xmalloc((size_t)GDP_MAX(n, 1) * sizeof(double));                           \
+        _Pragma("omp parallel for schedule(static) if (n * v > 65536)")                                       \
         for (int64_t r = 0; r < n; r++) {                                                                     \
             const T *row = x + r * v;                                                                         \
             double mx = -INFINITY, s = 0;                                                                     \
             for (int64_t j = 0; j < v; j++) mx = row[j] > mx ? row[j] : mx;                                   \
             for (int64_t j = 0; j < v; j++) s += exp(row[j] - mx);                                            \
-            double l = mx + log(s);                                                                           \
-            lse[r] = (T)l;                                                                                    \
+            row_lse[r] = mx + log(s);                                                                         \
+            lse[r] = (T)row_lse[r];                                                                           \
+        }                                                                                                     \
+        int64_t bad = -1, cnt = 0;                                                                            \
+        double total = 0;                                                                                     \
+        for (int64_t r = 0; r < n; r++) {                                                                     \
             int32_t t = tg[r];                                                                                \
             if (t >= v) {                                                                                     \
                 if (bad < 0) bad = r, *bad_target = t;                                                        \
             } else if (t >= 0) {                                                                              \
-                total += l - row[t];                                                                          \
+                total += row_lse[r] - x[r * v + t];                                                           \
                 cnt++;                                                                                        \
             }                                                                                                 \
         }                                                                                                     \
+        free(row_lse);                                                                                        \
         *count = (int32_t)cnt;                                                                                \
         *loss = (T)(cnt ? total / (double)cnt : 0.0);                                                         \
         return bad;                                                                                           \
