@@ -886,6 +886,7 @@ static int sanitize_main(const char *only) {
         /* added after the others so that their seeds stay */
         {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, "128", NULL, "0"}, /* k_state_fast at V tile 128 */
         {{GDP_MODE_SPLIT, 1, 50, 1, 64, 128, 2, 1, 1, 0}, "128", NULL, NULL},       /* K 64, split mode, V tile 128 */
+        {{GDP_MODE_SPLIT, 1, 50, 1, 256, 128, 2, 1, 1, 0}, NULL, NULL, NULL},       /* K 256, split mode: prep's keys as loaded */
     };
     unsigned char pick[GDP_ARRAY_LEN(cs)];
     memset(pick, only ? 0 : 1, sizeof pick);
