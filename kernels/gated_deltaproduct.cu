@@ -1449,7 +1449,8 @@ __device__ __forceinline__ void cp_token_rows(bf16_t *s, int lds, const bf16_t *
  * shifts, the A and P masks applied to the fragments, W and U stored from the fragments, Kwd by
  * 16-byte moves. Split mode's R (the mask-weighted keys) lives in T's fp32 tile until the solve
  * (R_IN_TF: K 64 and 128) and is made again in place of K_w after it, so that split mode fits three
- * CTAs an SM as householder mode does; at K 256 it keeps a buffer of its own. */
+ * CTAs an SM as householder mode does; at K 256 it keeps a buffer of its own, unless the keys stay
+ * as loaded (RAW), which builds no R. */
 template <int KP, int CTP> struct Prep2FastSmem {
     static constexpr int LDK = KP + 8;
     static constexpr size_t AFB = (size_t)2 * 64 * LDT * 2 > (size_t)64 * LDAF * 4 ? (size_t)2 * 64 * LDT * 2 : (size_t)64 * LDAF * 4;
@@ -1457,9 +1458,9 @@ template <int KP, int CTP> struct Prep2FastSmem {
     static constexpr size_t OFF_TF = OFF_AF + AFB;       /* Af, then T diag(beta gamma) and T diag(beta) */
     static constexpr size_t OFF_KW = OFF_TF + (size_t)64 * LDAF * 4;
     static constexpr bool R_IN_TF = (size_t)64 * LDK * 2 <= (size_t)64 * LDAF * 4;
-    static size_t bytes(bool split, int VP) {
+    static size_t bytes(bool split_r, int VP) { /* split_r: split mode building R (not RAW) */
         const size_t qv = (size_t)CTP * LDK > (size_t)64 * (VP + 8) ? (size_t)CTP * LDK : (size_t)64 * (VP + 8);
-        return OFF_KW + (size_t)(split && !R_IN_TF ? 2 : 1) * 64 * LDK * 2 + qv * 2;
+        return OFF_KW + (size_t)(split_r && !R_IN_TF ? 2 : 1) * 64 * LDK * 2 + qv * 2;
     }
 };
 
@@ -1468,7 +1469,6 @@ template <int KP, int CTP> struct Prep2FastSmem {
  * flag made Householder mode's prep 3-7% slower (H200, H 16; session 29, call 3). */
 template <int KP, int CTP, bool RAW> __global__ void __launch_bounds__(NTHREADS, 3) k_prep2_fast(Params P) {
     using SM = Prep2FastSmem<KP, CTP>;
-    static_assert(!RAW || SM::R_IN_TF, "split mode's keys as loaded: K 64 and 128");
     constexpr int LDK = SM::LDK;
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
@@ -1484,8 +1484,8 @@ template <int KP, int CTP, bool RAW> __global__ void __launch_bounds__(NTHREADS,
     float *Gs = (float *)smem, *br = Gs + 64, *rowf = br + 64, *bg = rowf + 64;
     float *Af = (float *)(smem + SM::OFF_AF), *Tf = (float *)(smem + SM::OFF_TF);
     constexpr bool r_in_tf = SM::R_IN_TF;
-    bf16_t *Kw = (bf16_t *)(smem + SM::OFF_KW), *QV = Kw + (hh || r_in_tf ? 1 : 2) * 64 * LDK;
-    bf16_t *R = hh ? Kw : r_in_tf ? (bf16_t *)Tf : Kw + 64 * LDK;
+    bf16_t *Kw = (bf16_t *)(smem + SM::OFF_KW), *QV = Kw + (hh || r_in_tf || RAW ? 1 : 2) * 64 * LDK;
+    bf16_t *R = hh || RAW ? Kw : r_in_tf ? (bf16_t *)Tf : Kw + 64 * LDK; /* RAW reads no R */
     /* raw keys (split mode: every row of a token holds the token's key; made into R and K_w below) */
     const bf16_t *k0row = krow<bf16_t>(P, c.tok0, c.h, 0), *v0row = vrow<bf16_t>(P, c.tok0, c.h, 0);
     /* RAW's n (1, 2 or 4) is GDP_CHUNK / CTP (the launch checks it): a template constant, so the row
@@ -4412,18 +4412,18 @@ static int pick_fast_bv(const GdpPlan &pl, const char *env, const int *cands, in
     return want && want != best_bv ? 0 : best_bv;
 }
 
-/* raw: split mode's keys as loaded (k_prep2_fast's RAW), K 64 and 128 only */
+/* raw: split mode's keys as loaded (k_prep2_fast's RAW) */
 static void (*prep2_fast_kernel(int KP, int ctp, bool raw))(Params) {
 #define GDP_PF(kp, r)                                                                                       \
     if (KP == kp && raw == r)                                                                               \
         return ctp == 16 ? k_prep2_fast<kp, 16, r> : ctp == 32 ? k_prep2_fast<kp, 32, r> : ctp == 64 ? k_prep2_fast<kp, 64, r> : nullptr;
-    GDP_PF(256, false) GDP_PF(128, false) GDP_PF(64, false) GDP_PF(128, true) GDP_PF(64, true)
+    GDP_PF(256, false) GDP_PF(128, false) GDP_PF(64, false) GDP_PF(256, true) GDP_PF(128, true) GDP_PF(64, true)
 #undef GDP_PF
     return nullptr;
 }
-static size_t prep2_fast_smem(int KP, int ctp, bool split, int VP) {
+static size_t prep2_fast_smem(int KP, int ctp, bool split_r, int VP) {
 #define GDP_PS(kp, c) \
-    if (KP == kp && ctp == c) return Prep2FastSmem<kp, c>::bytes(split, VP);
+    if (KP == kp && ctp == c) return Prep2FastSmem<kp, c>::bytes(split_r, VP);
     GDP_PS(256, 16) GDP_PS(256, 32) GDP_PS(256, 64) GDP_PS(128, 16) GDP_PS(128, 32) GDP_PS(128, 64) GDP_PS(64, 16)
     GDP_PS(64, 32) GDP_PS(64, 64)
 #undef GDP_PS
@@ -4639,10 +4639,12 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
     const size_t sp2 = Prep2Smem<IT>::carve(nullptr, pl.KP, pl.VP, pl.Ctp, P.mode == GDP_MODE_SPLIT, nullptr);
     const size_t ss = StateSmem<IT>::carve(nullptr, pl.KP, P.bv, P.nst, pl.Ctp, P.fuse_out, nullptr);
     const bool split = P.mode == GDP_MODE_SPLIT;
-    const size_t spf = prep2_fast_smem(pl.KP, pl.Ctp, split, pl.VP);
     /* split mode's keys as loaded: k_prep2_fast<RAW> takes n as GDP_CHUNK / CTP, which holds at n 1, 2
-     * and 4 only, whose slices hold whole quarters of the columns (a warp's W columns) */
-    const bool raw_keys = split && pl.KP <= 128 && pl.Ctp * P.n == GDP_CHUNK;
+     * and 4 only, whose slices hold whole quarters of the columns (a warp's W columns). At K 256 this
+     * also keeps split's prep at householder's shared memory (two CTAs an SM, not one: R took a 64 x K
+     * tile of its own there). */
+    const bool raw_keys = split && pl.Ctp * P.n == GDP_CHUNK;
+    const size_t spf = prep2_fast_smem(pl.KP, pl.Ctp, split && !raw_keys, pl.VP);
     if (use_fast<IT>("prep") && fast_shape(pl, P) && prep2_fast_kernel(pl.KP, pl.Ctp, raw_keys) && spf <= (size_t)limit) {
         GdpStatus s = launch(who, "k_prep2_fast", prep2_fast_kernel(pl.KP, pl.Ctp, raw_keys), chunk_grid(), spf, st, P);
         if (s != GDP_OK) return s;

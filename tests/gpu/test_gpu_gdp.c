@@ -631,8 +631,8 @@ GPU_TEST(chunk_grid_pieces) {
  * kinds); GDP_BWD_B_SPLIT=tiles forces the fp32 tiles in shared memory that every other n takes. Both
  * on split shapes of the fast backward (K and V whole 64-column tiles; n 1 to 4 and 8, K 64 to 256,
  * varlen), against the CPU f64 path and saving against plain forwards. The shapes take the keys as
- * loaded (prep: n 1, 2, 4 at K 64 and 128; bwd_b: K / n a multiple of 64) and as built tiles (n 3
- * and 8, prep at K 256, bwd_b's n 2 at K 64 and n 4 at K 128). */
+ * loaded (prep: n 1, 2, 4 at K 64 to 256; bwd_b: K / n a multiple of 64) and as built tiles (n 3
+ * and 8; prep's R in a tile of its own at K 256 n 8; bwd_b's n 2 at K 64 and n 4 at K 128). */
 GPU_TEST(split_bwd_b_kinds) {
     static const RandCase cs[] = {
         /* mode, B, T, H, K, V, n, gate, h0, nseq */
@@ -640,6 +640,7 @@ GPU_TEST(split_bwd_b_kinds) {
         {GDP_MODE_SPLIT, 2, 90, 1, 128, 64, 4, 1, 0, 0},
         {GDP_MODE_SPLIT, 1, 130, 1, 64, 128, 2, 0, 1, 0},
         {GDP_MODE_SPLIT, 1, 100, 1, 256, 64, 4, 1, 1, 2},
+        {GDP_MODE_SPLIT, 1, 110, 1, 256, 64, 8, 1, 0, 2},
         {GDP_MODE_SPLIT, 1, 150, 1, 192, 64, 3, 1, 1, 0},
         {GDP_MODE_SPLIT, 1, 80, 1, 128, 64, 8, 1, 1, 0},
         {GDP_MODE_SPLIT, 1, 100, 1, 64, 64, 1, 1, 1, 0},
@@ -698,8 +699,9 @@ static const RandCase fused_bwd_cases[] = {
     {GDP_MODE_SPLIT, 2, 70, 1, 128, 64, 4, 1, 0, 0},
 };
 /* run_gpu_ex with GDP_PROFILE=1 and stderr captured: *launched tells whether a kernel named `kernel`
- * (the profile line's name column) ran, so that a test knows which path it compared */
-static int run_gpu_launches(const GdpDesc *d, HostIO *io, int saved, const char *kernel, int *launched) {
+ * (the profile line's name column) ran, so that a test knows which path it compared; *smem (if not
+ * NULL) the dynamic shared memory of its last launch */
+static int run_gpu_launches_smem(const GdpDesc *d, HostIO *io, int saved, const char *kernel, int *launched, size_t *smem) {
     *launched = 0;
     fflush(stderr);
     FILE *log = tmpfile();
@@ -720,9 +722,16 @@ static int run_gpu_launches(const GdpDesc *d, HostIO *io, int saved, const char 
     char line[512], want[64];
     snprintf(want, sizeof want, " %s ", kernel);
     while (fgets(line, sizeof line, log))
-        if (!strncmp(line, "gdp profile:", 12) && strstr(line, want)) *launched = 1;
+        if (!strncmp(line, "gdp profile:", 12) && strstr(line, want)) {
+            *launched = 1;
+            const char *sm = strstr(line, " smem ");
+            if (smem && sm) *smem = (size_t)strtoull(sm + 6, NULL, 10);
+        }
     fclose(log);
     return rc;
+}
+static int run_gpu_launches(const GdpDesc *d, HostIO *io, int saved, const char *kernel, int *launched) {
+    return run_gpu_launches_smem(d, io, saved, kernel, launched, NULL);
 }
 static void fused_vs_apart(int *failures, const char *split_kind) {
     static const char *const runs[3][2] = {{"0", "1"}, {"1", "1"}, {"1", "0"}}; /* GDP_BWD_FUSE, GDP_BWD_DISCARD */
@@ -762,6 +771,32 @@ static void fused_vs_apart(int *failures, const char *split_kind) {
     unsetenv("GDP_BWD_DISCARD");
     unsetenv("GDP_BWD_B_SPLIT");
 }
+/* Split mode's fast prep at K 256 with n 2 and 4 takes the keys as loaded (k_prep2_fast's RAW kind):
+ * no tile of its own for R, so the same shared memory as householder mode's at the same shape (two
+ * CTAs an SM; with R's tile it had one). The results of these shapes are checked against the CPU in
+ * rand_cases, split_bwd_b_kinds and dh_pass_k256; this checks the path they take. */
+GPU_TEST(prep_split_k256_raw) {
+    static const int ns[2] = {2, 4};
+    for (int i = 0; i < 2; i++) {
+        size_t smem[2] = {0, 0};
+        for (int split = 0; split < 2; split++) {
+            const RandCase c = {split ? GDP_MODE_SPLIT : GDP_MODE_HOUSEHOLDER, 1, 130, 1, 256, 256, ns[i], 1, 1, 0};
+            RandData r;
+            rand_make(&c, 9960 + i, &r);
+            GdpDesc d = r.d;
+            d.dtype = GDP_BF16;
+            HostIO io = hio(&r, d.cu_seqlens);
+            int launched = 0;
+            if (run_gpu_launches_smem(&d, &io, 0, "k_prep2_fast", &launched, &smem[split])) (*failures)++;
+            GPU_EXPECT(launched, "K 256 n %d %s: k_prep2_fast did not run", ns[i], split ? "split" : "householder");
+            hostio_free(&io);
+            rand_free(&r);
+        }
+        GPU_EXPECT(smem[1] == smem[0] && smem[0] > 0, "K 256 n %d: split's prep takes %zu bytes of shared memory, householder's %zu",
+                   ns[i], smem[1], smem[0]);
+    }
+}
+
 GPU_TEST(bwd_ab_fused) {
     fused_vs_apart(failures, NULL);
     fused_vs_apart(failures, "tiles");
@@ -851,6 +886,7 @@ static int sanitize_main(const char *only) {
         /* added after the others so that their seeds stay */
         {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 128, 128, 3, 1, 1, 2}, "128", NULL, "0"}, /* k_state_fast at V tile 128 */
         {{GDP_MODE_SPLIT, 1, 50, 1, 64, 128, 2, 1, 1, 0}, "128", NULL, NULL},       /* K 64, split mode, V tile 128 */
+        {{GDP_MODE_SPLIT, 1, 50, 1, 256, 128, 2, 1, 1, 0}, NULL, NULL, NULL},       /* K 256, split mode: prep's keys as loaded */
     };
     unsigned char pick[GDP_ARRAY_LEN(cs)];
     memset(pick, only ? 0 : 1, sizeof pick);
