@@ -2986,7 +2986,10 @@ template <int CTP> struct BwdAKresSmem {
     static constexpr size_t BYTES = NSCAL * 4 + 2 * ((size_t)(2 * 64 + CTP) * LDV + (size_t)(CTP + 64) * LDK + 2 * STAGE + CTP * LDT);
 };
 
-template <int CTP> __device__ __forceinline__ void bwd_a_kres_chunk(const Params &P, const ChunkCtx &c, char *smem) {
+/* SPLIT false: householder mode only (k_bwd_ab's householder kind), so that no split-mode code takes
+ * its registers */
+template <int CTP, bool SPLIT = true>
+__device__ __forceinline__ void bwd_a_kres_chunk(const Params &P, const ChunkCtx &c, char *smem) {
     using SM = BwdAKresSmem<CTP>;
     constexpr int QW = SM::QW, NTQ = QW / 8, QCT = SM::QCT, LDK = SM::LDK, LDV = SM::LDV;
     constexpr bool QSPLIT = (CTP / 16) * QCT == 4;
@@ -3025,6 +3028,14 @@ template <int CTP> __device__ __forceinline__ void bwd_a_kres_chunk(const Params
     constexpr bool ONCE = CTP == 32 && QW == 16 && !QSPLIT;
     const int qi = QSPLIT ? (warp & 3) : warp;
     const int mq = ONCE ? 16 * (warp >> 2) : (qi / QCT) * 16, nq = ONCE ? n1 + 16 * ((warp >> 1) & 1) : (qi % QCT) * QW;
+    /* Split mode at n 2 and 4 (raw_keys; 32 and 16 chunk tokens): the keys stay as loaded (row (t, a)
+     * holds k_t whole), and K_w(t, a) = [a == b] k_t on slice b is applied where they are read. A
+     * warp's 32 row-dot columns and its 16 dq columns lie in one slice b (slices of 32 columns or
+     * more): the row dots keep the rows of slice b (a select, so the others stay +0), dq = dS K_w keeps
+     * dS's columns j of slice b (a 16-bit AND on its A fragments, as bwd_b's raw keys do). The nonzero
+     * products are the masked tile's, in the same places; no split_keys pass, no barrier of its own. */
+    const bool split = SPLIT && P.mode == GDP_MODE_SPLIT, raw_keys = CTP <= 32 && split && (P.n == 2 || P.n == 4);
+    const int2 pair_sl = pair_slices(P.n);
     float aP[NTQ][4];
     frag_zero(aP);
     /* K tile kt (unrolled: the first K tile's extra work is resolved at compile time); its V tiles
@@ -3058,13 +3069,23 @@ template <int CTP> __device__ __forceinline__ void bwd_a_kres_chunk(const Params
         /* split mode's write keys in place of the raw keys, the barrier after the work that does not read
          * them (a pass and a barrier before it, where every warp waited, were 3% of k_bwd_ab's samples;
          * in the V loop's first step it made k_bwd_ab<16, 1> spill 140 bytes; session 35) */
-        const bool mask_keys = kt == 0 && P.mode == GDP_MODE_SPLIT;
+        const bool mask_keys = kt == 0 && split && !raw_keys;
         if (mask_keys) split_keys<bf16_t>(P, c, Kws, LDK, (bf16_t *)nullptr, 0, 0, 128, true);
+        /* raw_keys: this thread's two rows (m1 + g, + 8: the same slice, n divides 8) against the
+         * warp's slice; dS's columns j of dq's slice, as bf16 halves */
+        const bool own_rows = !raw_keys || ((lane >> 2) & (P.n - 1)) == slice_of(P, c0 + n1);
+        const int q_slice = slice_of(P, c0 + nq);
+        const uint32_t own_q = !raw_keys ? ~0u : (pair_sl.x == q_slice ? 0x0000ffffu : 0u) | (pair_sl.y == q_slice ? 0xffff0000u : 0u);
+        auto rowdot_keys = [&](const float(&acc)[4][4], float *part) { /* frag_rowdot with K_w's rows */
+            float s0 = 0.f, s1 = 0.f;
+            frag_rowdot_acc(acc, Kws + c0, LDK, m1, n1, s0, s1);
+            quad_rows_out(own_rows ? s0 : 0.f, own_rows ? s1 : 0.f, m1, n1 / 32, part, 2);
+        };
         if (kt == 0 && ptile) store_ds_tile(P, aP, Gs, ct, lc, dSs, mq, nq);
         frag_each(aK, m1, n1, [&](int r, int, float &v) { v = r < lc ? rowf[r] * v : 0.f; });
         frag_each(aW, m1, n1, [&](int, int, float &v) { v = -v; });
         if (mask_keys) __syncthreads();
-        frag_rowdot(aK, Kws + c0, LDK, m1, n1, pst, 2);
+        rowdot_keys(aK, pst);
         /* dW (columns 0-63) and dK_w (64-127) leave through a staging tile in the stage buffer this
          * K tile's last V step read (the other one holds step nvt's copies at kt 0), as 16-byte row
          * pieces after the row-dot barrier (4-byte fragment stores touch 8 rows an instruction) */
@@ -3074,7 +3095,14 @@ template <int CTP> __device__ __forceinline__ void bwd_a_kres_chunk(const Params
         if (lane == 0) red[warp] = hdh;
         __syncthreads(); /* dS, red */
         if (qtile) { /* dQ = scale gamma dO h^T + dS Kw */
-            warp_mma<NTQ, false, false>(aQ, dSs, LDT, Kws + c0, LDK, GDP_TILE, mq, nq);
+            warp_mma_rows<1, NTQ>(
+                reinterpret_cast<float(&)[1][NTQ][4]>(aQ),
+                [&](int, int k0, uint32_t(&a)[4]) {
+                    ldsm_a<false>(a, RowMajor{dSs, LDT}, mq, k0);
+#pragma unroll
+                    for (int r = 0; r < 4; r++) a[r] &= own_q;
+                },
+                RowMajor{Kws + c0, LDK}, GDP_TILE, nq);
             frag_rowdot(aQ, Qs + c0, LDK, mq, nq, pq, QCT);
             const int g = lane >> 2, tq = lane & 3;
 #pragma unroll
@@ -3088,7 +3116,7 @@ template <int CTP> __device__ __forceinline__ void bwd_a_kres_chunk(const Params
                 }
         }
         warp_mma<4, true, false>(aK, dSs, LDT, Qs + c0, LDK, CTP, m1, n1); /* dK_w += dS^T q */
-        frag_rowdot(aK, Kws + c0, LDK, m1, n1, pga, 2);
+        rowdot_keys(aK, pga);
         bf16_t *stage_out = stg + ((nvt - 1) & 1) * SM::STAGE;
         frag_stage_bf16(aK, stage_out, m1, 64 + n1);
         __syncthreads(); /* the row dots, the staged dW and dK_w */
@@ -4114,7 +4142,7 @@ template <int CTP, int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bw
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
     if (!chunk_ctx(P, c)) return;
-    bwd_a_kres_chunk<CTP>(P, c, smem);
+    bwd_a_kres_chunk<CTP, KIND != BWDB_HOUSEHOLDER>(P, c, smem);
     __syncthreads(); /* bwd_a's dW, dK_w and dGa stores before bwd_b reads them; its staging tile before bwd_b's loads */
     bwd_b_fast_chunk<KIND>(P, c, smem);
     if (P.dw_discard) { /* every read of them completed before bwd_b's last barrier */
