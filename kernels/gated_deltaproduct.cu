@@ -4668,9 +4668,9 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
     const size_t ss = StateSmem<IT>::carve(nullptr, pl.KP, P.bv, P.nst, pl.Ctp, P.fuse_out, nullptr);
     const bool split = P.mode == GDP_MODE_SPLIT;
     const size_t spf = prep2_fast_smem(pl.KP, pl.Ctp, split, pl.VP);
-    /* split mode's keys as loaded: n a power of two whose slices hold whole quarters of the columns */
-    const bool raw_keys = split && !(P.n & (P.n - 1)) && pl.KP <= 128 && (pl.KP / P.n) % (pl.KP / 4) == 0 &&
-                          pl.Ctp * P.n == GDP_CHUNK; /* k_prep2_fast<RAW> takes n as GDP_CHUNK / CTP */
+    /* split mode's keys as loaded: k_prep2_fast<RAW> takes n as GDP_CHUNK / CTP, which holds at n 1, 2
+     * and 4 only, whose slices hold whole quarters of the columns (a warp's W columns) */
+    const bool raw_keys = split && pl.KP <= 128 && pl.Ctp * P.n == GDP_CHUNK;
     if (use_fast<IT>("prep") && fast_shape(pl, P) && prep2_fast_kernel(pl.KP, pl.Ctp, raw_keys) && spf <= (size_t)limit) {
         GdpStatus s = launch(who, "k_prep2_fast", prep2_fast_kernel(pl.KP, pl.Ctp, raw_keys), chunk_grid(), spf, st, P);
         if (s != GDP_OK) return s;
