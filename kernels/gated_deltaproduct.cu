@@ -2755,13 +2755,46 @@ __device__ __forceinline__ void quad_rows_out(float s0, float s1, int m0, int j,
         part[(m0 + g + 8) * nparts + j] = s1;
     }
 }
-/* Row dots of the fragment with X: part[r * nparts + n0 / (8*NT)] for its 16 rows r. */
+/* Row dots of the fragment with X: part[r * nparts + n0 / (8*NT)] for its 16 rows r; +0 for this
+ * thread's two rows unless keep (RawKeyOwn::rows) */
 template <int NT>
 __device__ __forceinline__ void frag_rowdot(const float (&acc)[NT][4], const bf16_t *X, int ldx, int m0, int n0,
-                                            float *part, int nparts) {
+                                            float *part, int nparts, bool keep = true) {
     float s0 = 0.f, s1 = 0.f;
     frag_rowdot_acc(acc, X, ldx, m0, n0, s0, s1);
-    quad_rows_out(s0, s1, m0, n0 / (8 * NT), part, nparts);
+    quad_rows_out(keep ? s0 : 0.f, keep ? s1 : 0.f, m0, n0 / (8 * NT), part, nparts);
+}
+
+/* Split mode's keys as loaded in bwd_a (raw: n 2 or 4, slices of 32 columns or more): row (t, a) of
+ * the key tile holds k_t whole, and K_w(t, a) = [a == b] k_t on slice b is applied where the tile is
+ * read. A warp's 32 row-dot columns (from key column x_rows) and its 16 or 32 dq columns (from x_q)
+ * lie in one slice each: the row dots keep the rows of their slice (rows: this thread's two rows,
+ * g and g + 8, share a slice since n divides 8; a select, so the others give +0 as the masked tile's
+ * zeros do), and dq = dS K_w keeps dS's columns j of dq's slice (q: an AND on dS's A fragments, by
+ * bf16 half, as bwd_b's raw keys do). The nonzero products are the masked tile's, in the same places;
+ * no masking pass over the tile and no barrier after it. */
+struct RawKeyOwn {
+    bool rows;
+    uint32_t q;
+    __device__ __forceinline__ RawKeyOwn(const Params &P, bool raw, int x_rows, int x_q) {
+        const int g = (threadIdx.x & 31) >> 2, q_slice = slice_of(P, x_q);
+        const int2 ab = pair_slices(P.n);
+        rows = !raw || (g & (P.n - 1)) == slice_of(P, x_rows);
+        q = !raw ? ~0u : (ab.x == q_slice ? 0x0000ffffu : 0u) | (ab.y == q_slice ? 0xffff0000u : 0u);
+    }
+};
+/* acc += dS K_w: NT n8 tiles at (m0, n0), GDP_TILE deep, dS's A fragments ANDed with own_q */
+template <int NT>
+__device__ __forceinline__ void mma_ds_keys(float (&acc)[NT][4], bf16_t *dS, int lds, bf16_t *Kw, int ldk, int m0, int n0,
+                                            uint32_t own_q) {
+    warp_mma_rows<1, NT>(
+        reinterpret_cast<float(&)[1][NT][4]>(acc),
+        [&](int, int k0, uint32_t(&a)[4]) {
+            ldsm_a<false>(a, RowMajor{dS, lds}, m0, k0);
+#pragma unroll
+            for (int r = 0; r < 4; r++) a[r] &= own_q;
+        },
+        RowMajor{Kw, ldk}, GDP_TILE, n0);
 }
 
 /* One 64-column V tile's share of bwd_a's sums over V for a 64-row K tile: <h, dh> (this thread's
@@ -2935,15 +2968,19 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
         bwd_a_vtile(hdh, aQ, aK, aW, aP, dOb(b), Db(b), dDb(b), LDT, Hb(b), dHb(b), qtile, ptile, mq, nq, m1, n1);
         __syncthreads();
     }
-    if (P.mode == GDP_MODE_SPLIT) {
+    /* split mode's keys as loaded (RawKeyOwn) at n 2 and 4 with slices of 32 columns or more, else
+     * made into K_w here */
+    const bool split = P.mode == GDP_MODE_SPLIT, raw_keys = CTP <= 32 && split && (P.n == 2 || P.n == 4) && (P.K / P.n) % 32 == 0;
+    if (split && !raw_keys) {
         split_keys<bf16_t>(P, c, Kws, LDT, (bf16_t *)nullptr, 0, c0, GDP_TILE, true);
         __syncthreads();
     }
+    const RawKeyOwn own(P, raw_keys, c0 + n1, c0 + nq);
     /* stage 0 holds dS, the dW staging, then dQ and dK_w on their way out */
     bf16_t *dSs = stg, *dWs = dSs + SM::QT, *dQs = dWs + SM::TILE, *dKs = dQs + SM::QT;
     if (ptile) store_ds_tile(P, aP, Gs, ct, lc, dSs, mq, nq);
     frag_each(aK, m1, n1, [&](int r, int, float &v) { v = r < lc ? rowf[r] * v : 0.f; });
-    frag_rowdot(aK, Kws, LDT, m1, n1, pst, 2);
+    frag_rowdot(aK, Kws, LDT, m1, n1, pst, 2, own.rows);
     frag_each(aW, m1, n1, [&](int, int, float &v) { v = -v; });
     frag_stsm_bf16(aW, dWs, LDT, m1, n1);
     if (qtile) frag_each(aQ, mq, nq, [&](int r, int, float &v) { v = r < ct ? qf[r] * v : 0.f; });
@@ -2952,12 +2989,12 @@ template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(P
     __syncthreads();
     store_tile16<64, 64>((bf16_t *)P.dW + c.ch * P.sW + c0, P.KP, dWs, LDT);
     if (qtile) { /* dQ = scale gamma dO h^T + dS Kw */
-        warp_mma<NTQ, false, false>(aQ, dSs, LDT, Kws, LDT, GDP_TILE, mq, nq);
+        mma_ds_keys(aQ, dSs, LDT, Kws, LDT, mq, nq, own.q);
         frag_rowdot(aQ, Qs, LDT, mq, nq, pq, QCT);
         frag_stsm_bf16(aQ, dQs, LDT, mq, nq);
     }
     warp_mma<4, true, false>(aK, dSs, LDT, Qs, LDT, CTP, m1, n1); /* dK_w += dS^T q */
-    frag_rowdot(aK, Kws, LDT, m1, n1, pga, 2);
+    frag_rowdot(aK, Kws, LDT, m1, n1, pga, 2, own.rows);
     frag_stsm_bf16(aK, dKs, LDT, m1, n1);
     __syncthreads();
     for_pieces16<CTP, 64>([&](int t, int x) {
@@ -2986,7 +3023,11 @@ template <int CTP> struct BwdAKresSmem {
     static constexpr size_t BYTES = NSCAL * 4 + 2 * ((size_t)(2 * 64 + CTP) * LDV + (size_t)(CTP + 64) * LDK + 2 * STAGE + CTP * LDT);
 };
 
-template <int CTP> __device__ __forceinline__ void bwd_a_kres_chunk(const Params &P, const ChunkCtx &c, char *smem) {
+/* SPLIT false: householder mode only (k_bwd_ab's householder kind), so that no split-mode code takes
+ * its registers; RAW false: split mode's keys always masked in place (k_bwd_ab's tiles kind, taken at
+ * n other than 2 and 4, where the raw keys' code cost k_bwd_ab<32, tiles> 100 bytes of spills) */
+template <int CTP, bool SPLIT = true, bool RAW = true>
+__device__ __forceinline__ void bwd_a_kres_chunk(const Params &P, const ChunkCtx &c, char *smem) {
     using SM = BwdAKresSmem<CTP>;
     constexpr int QW = SM::QW, NTQ = QW / 8, QCT = SM::QCT, LDK = SM::LDK, LDV = SM::LDV;
     constexpr bool QSPLIT = (CTP / 16) * QCT == 4;
@@ -3025,6 +3066,9 @@ template <int CTP> __device__ __forceinline__ void bwd_a_kres_chunk(const Params
     constexpr bool ONCE = CTP == 32 && QW == 16 && !QSPLIT;
     const int qi = QSPLIT ? (warp & 3) : warp;
     const int mq = ONCE ? 16 * (warp >> 2) : (qi / QCT) * 16, nq = ONCE ? n1 + 16 * ((warp >> 1) & 1) : (qi % QCT) * QW;
+    /* split mode at n 2 and 4 (32 and 16 chunk tokens; K 128, so slices of 32 columns or more): the
+     * keys as loaded (RawKeyOwn) */
+    const bool split = SPLIT && P.mode == GDP_MODE_SPLIT, raw_keys = RAW && CTP <= 32 && split && (P.n == 2 || P.n == 4);
     float aP[NTQ][4];
     frag_zero(aP);
     /* K tile kt (unrolled: the first K tile's extra work is resolved at compile time); its V tiles
@@ -3058,13 +3102,14 @@ template <int CTP> __device__ __forceinline__ void bwd_a_kres_chunk(const Params
         /* split mode's write keys in place of the raw keys, the barrier after the work that does not read
          * them (a pass and a barrier before it, where every warp waited, were 3% of k_bwd_ab's samples;
          * in the V loop's first step it made k_bwd_ab<16, 1> spill 140 bytes; session 35) */
-        const bool mask_keys = kt == 0 && P.mode == GDP_MODE_SPLIT;
+        const bool mask_keys = kt == 0 && split && !raw_keys;
         if (mask_keys) split_keys<bf16_t>(P, c, Kws, LDK, (bf16_t *)nullptr, 0, 0, 128, true);
+        const RawKeyOwn own(P, raw_keys, c0 + n1, c0 + nq);
         if (kt == 0 && ptile) store_ds_tile(P, aP, Gs, ct, lc, dSs, mq, nq);
         frag_each(aK, m1, n1, [&](int r, int, float &v) { v = r < lc ? rowf[r] * v : 0.f; });
         frag_each(aW, m1, n1, [&](int, int, float &v) { v = -v; });
         if (mask_keys) __syncthreads();
-        frag_rowdot(aK, Kws + c0, LDK, m1, n1, pst, 2);
+        frag_rowdot(aK, Kws + c0, LDK, m1, n1, pst, 2, own.rows);
         /* dW (columns 0-63) and dK_w (64-127) leave through a staging tile in the stage buffer this
          * K tile's last V step read (the other one holds step nvt's copies at kt 0), as 16-byte row
          * pieces after the row-dot barrier (4-byte fragment stores touch 8 rows an instruction) */
@@ -3074,7 +3119,7 @@ template <int CTP> __device__ __forceinline__ void bwd_a_kres_chunk(const Params
         if (lane == 0) red[warp] = hdh;
         __syncthreads(); /* dS, red */
         if (qtile) { /* dQ = scale gamma dO h^T + dS Kw */
-            warp_mma<NTQ, false, false>(aQ, dSs, LDT, Kws + c0, LDK, GDP_TILE, mq, nq);
+            mma_ds_keys(aQ, dSs, LDT, Kws + c0, LDK, mq, nq, own.q);
             frag_rowdot(aQ, Qs + c0, LDK, mq, nq, pq, QCT);
             const int g = lane >> 2, tq = lane & 3;
 #pragma unroll
@@ -3088,7 +3133,7 @@ template <int CTP> __device__ __forceinline__ void bwd_a_kres_chunk(const Params
                 }
         }
         warp_mma<4, true, false>(aK, dSs, LDT, Qs + c0, LDK, CTP, m1, n1); /* dK_w += dS^T q */
-        frag_rowdot(aK, Kws + c0, LDK, m1, n1, pga, 2);
+        frag_rowdot(aK, Kws + c0, LDK, m1, n1, pga, 2, own.rows);
         bf16_t *stage_out = stg + ((nvt - 1) & 1) * SM::STAGE;
         frag_stage_bf16(aK, stage_out, m1, 64 + n1);
         __syncthreads(); /* the row dots, the staged dW and dK_w */
@@ -4114,7 +4159,7 @@ template <int CTP, int KIND> __global__ void __launch_bounds__(NTHREADS, 2) k_bw
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
     if (!chunk_ctx(P, c)) return;
-    bwd_a_kres_chunk<CTP>(P, c, smem);
+    bwd_a_kres_chunk<CTP, KIND != BWDB_HOUSEHOLDER, (KIND > BWDB_SPLIT_LANES)>(P, c, smem);
     __syncthreads(); /* bwd_a's dW, dK_w and dGa stores before bwd_b reads them; its staging tile before bwd_b's loads */
     bwd_b_fast_chunk<KIND>(P, c, smem);
     if (P.dw_discard) { /* every read of them completed before bwd_b's last barrier */
