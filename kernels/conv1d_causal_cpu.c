@@ -12,6 +12,7 @@
         return e / ((T)1 + e);                                                                                       \
     }                                                                                                                \
     static void conv_fwd_##SUF(T *y, const T *x, const T *w, int64_t B, int64_t Tn, int64_t C, int64_t W, int silu) { \
+        _Pragma("omp parallel for collapse(2) schedule(static) if (B * Tn * C > 16384)")                             \
         for (int64_t b = 0; b < B; b++)                                                                              \
             for (int64_t t = 0; t < Tn; t++)                                                                         \
                 for (int64_t c = 0; c < C; c++) {                                                                    \
@@ -25,16 +26,17 @@
     }                                                                                                                \
     /* Per (b, segment [t0, t1), c): step u over [t0, t1 + W - 1) with xw = x[u-W+1 .. u] and                        \
      * gw = dpre[u-W+1 .. u] (zero before t0, and past the end of the sequence); dpre[u] adds its dw                 \
-     * terms when u is in the segment, and dx[u-W+1] is complete once dpre[u] is known. dw sums in                   \
-     * (b, t) order: deterministic. */                                                                               \
+     * terms when u is in the segment, and dx[u-W+1] is complete once dpre[u] is known. Threads take                \
+     * channels, so each dw[c] still sums in (b, t) order: the same bits for any number of threads. */              \
     static void conv_bwd_##SUF(T *dx, T *dw, const T *dy, const T *x, const T *w, int64_t B, int64_t Tn, int64_t C,  \
                                int64_t W, int silu, int acc_dx, int acc_dw) {                                        \
         if (dw && !acc_dw)                                                                                           \
             for (int64_t k = 0; k < C * W; k++) dw[k] = 0;                                                           \
         const int64_t len = conv1d_causal_seg_len(B, Tn);                                                            \
-        for (int64_t b = 0; b < B; b++)                                                                              \
-            for (int64_t t0 = 0; t0 < Tn; t0 += len)                                                                 \
-                for (int64_t c = 0; c < C; c++) {                                                                    \
+        _Pragma("omp parallel for schedule(static) if (B * Tn * C > 16384)")                                         \
+        for (int64_t c = 0; c < C; c++)                                                                              \
+            for (int64_t b = 0; b < B; b++)                                                                          \
+                for (int64_t t0 = 0; t0 < Tn; t0 += len) {                                                           \
                     const int64_t t1 = t0 + len < Tn ? t0 + len : Tn;                                                \
                     const T *xc = x + b * Tn * C + c, *dyc = dy + b * Tn * C + c, *wc = w + c * W;                   \
                     T xw[CONV1D_MAX_W], gw[CONV1D_MAX_W];                                                            \

@@ -1,8 +1,9 @@
-/* CPU GEMM: C (+)= op(A) op(B), per batch entry. Work is split into (batch, row block, column
- * block) tasks over the threads. A task packs MM_KB-deep slices of op(A) into panels of MR rows and
- * of op(B) into panels of NR columns (which also absorbs the transposes, and zero-pads the edges),
- * and a register-blocked micro-kernel accumulates each MR x NR tile of C in vector registers over
- * the slice before adding it to C. Each element of C sums its k slices in order and each slice in
+/* CPU GEMM: C (+)= op(A) op(B), per batch entry. Work is split into (batch, column block, row
+ * chunk) tasks over the threads, with only as many row chunks as the threads need. A task packs each
+ * MM_KB-deep slice of op(B) once into panels of NR columns, and for each row block of its chunk the
+ * slice of op(A) into panels of MR rows (the packing absorbs the transposes and zero-pads the
+ * edges); a register-blocked micro-kernel accumulates each MR x NR tile of C in vector registers
+ * over the slice before adding it to C. Each element of C sums its k slices in order and each slice in
  * k order, so the result does not depend on the number of threads.
  * The micro-kernel uses GCC's vector extensions (32-byte vectors: SSE2 pairs, or AVX registers
  * where the build targets them). An axpy-style inner loop (C row += a * B row, C through memory)

@@ -11,6 +11,8 @@ typedef struct CliOpt {
     const char *help;    /* one line; the default belongs in it */
 } CliOpt;
 
+#define CLI_MAX_OPTS 96 /* options a command may have (cli_parse's table lives on the stack) */
+
 typedef struct CliCommand {
     const char *name;
     const char *usage;   /* e.g. "gdp vectors FILE.h5 [options]" */
