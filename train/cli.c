@@ -118,6 +118,12 @@ int cli_parse(const CliCommand *cmd, int argc, char **argv, CliHandler handler, 
     return npos;
 }
 
+const char *cli_device(const CliCommand *cmd, const char *text) {
+    if (strcmp(text, "cpu") && strcmp(text, "cuda") && strcmp(text, "auto"))
+        cli_usage_error(cmd, "--device '%s': use cpu, cuda or auto", text);
+    return text;
+}
+
 long long cli_int(const char *flag, const char *text, long long lo, long long hi) {
     char *end = NULL;
     errno = 0;

@@ -37,5 +37,8 @@ void cli_print_help(const CliCommand *cmd);
  * error naming the flag (from a cli_parse handler, as a usage error of its command), then exit 2. */
 long long cli_int(const char *flag, const char *text, long long lo, long long hi);
 double cli_double(const char *flag, const char *text, double lo, double hi);
+/* --device's value: cpu, cuda or auto, else a usage error of cmd (whether cuda is there is
+ * device_parse's question, asked once the command runs) */
+const char *cli_device(const CliCommand *cmd, const char *text);
 /* Exits 2 with "gdp <cmd>: <message>" and a pointer to --help. */
 __attribute__((noreturn, format(printf, 2, 3))) void cli_usage_error(const CliCommand *cmd, const char *fmt, ...);

@@ -52,11 +52,7 @@ static void on_opt(const CliOpt *o, const char *v, void *user) {
     else if (!strcmp(n, "batches")) a->batches = cli_int(n, v, 0, (long long)1 << 40);
     else if (!strcmp(n, "batch")) a->batch = (int)cli_int(n, v, 1, 1 << 20);
     else if (!strcmp(n, "seq")) a->seq = (int)cli_int(n, v, 1, 1 << 24);
-    else if (!strcmp(n, "device")) {
-        if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
-            cli_usage_error(&eval_cmd, "--device '%s': use cpu, cuda or auto", v);
-        a->device = v;
-    }
+    else if (!strcmp(n, "device")) a->device = cli_device(&eval_cmd, v);
 }
 
 #define H5D(path, call) h5_dump_check((call) >= 0, path, #call)

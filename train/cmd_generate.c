@@ -49,11 +49,7 @@ static void on_opt(const CliOpt *o, const char *v, void *user) {
     else if (!strcmp(n, "temperature")) a->temperature = cli_double(n, v, 0, 100);
     else if (!strcmp(n, "top-k")) a->top_k = (int)cli_int(n, v, 0, 1 << 30);
     else if (!strcmp(n, "seed")) a->seed = (uint64_t)cli_int(n, v, 0, (long long)1 << 62);
-    else if (!strcmp(n, "device")) {
-        if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
-            cli_usage_error(&gen_cmd, "--device '%s': use cpu, cuda or auto", v);
-        a->device = v;
-    }
+    else if (!strcmp(n, "device")) a->device = cli_device(&gen_cmd, v);
 }
 
 /* Prints bytes as text: printable ASCII, newlines, tabs and UTF-8 as they are, other control

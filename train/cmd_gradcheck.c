@@ -36,11 +36,7 @@ typedef struct GradcheckArgs {
 
 static void on_opt(const CliOpt *o, const char *v, void *user) {
     GradcheckArgs *a = (GradcheckArgs *)user;
-    if (!strcmp(o->name, "device")) {
-        if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
-            cli_usage_error(&gradcheck_cmd, "--device '%s': use cpu, cuda or auto", v);
-        a->device = v;
-    }
+    if (!strcmp(o->name, "device")) a->device = cli_device(&gradcheck_cmd, v);
     if (!strcmp(o->name, "op")) a->op = v;
     if (!strcmp(o->name, "seed")) a->seed = (uint64_t)cli_int("seed", v, 0, (long long)1 << 62);
     if (!strcmp(o->name, "list")) a->list = true;

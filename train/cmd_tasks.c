@@ -602,11 +602,8 @@ static void on_tasks_opt(const CliOpt *opt, const char *v, void *user) {
     else if (!strcmp(n, "weight-decay")) o->weight_decay = cli_double(n, v, 0, 10);
     else if (!strcmp(n, "clip")) o->clip = cli_double(n, v, 0, 1e9);
     else if (!strcmp(n, "beta2")) o->beta2 = cli_double(n, v, 0, 0.999999999);
-    else if (!strcmp(n, "device")) {
-        if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
-            cli_usage_error(&tasks_cmd, "--device '%s': use cpu, cuda or auto", v);
-        o->device = v;
-    } else if (!strcmp(n, "eval-every")) o->eval_every = cli_int(n, v, 0, BIG);
+    else if (!strcmp(n, "device")) o->device = cli_device(&tasks_cmd, v);
+    else if (!strcmp(n, "eval-every")) o->eval_every = cli_int(n, v, 0, BIG);
     else if (!strcmp(n, "eval-seqs")) o->eval_seqs = (int)cli_int(n, v, 1, 1 << 24);
     else if (!strcmp(n, "early-stop")) o->early_stop = cli_double(n, v, 0, 1);
     else if (!strcmp(n, "eval-batch")) o->eval_batch = (int)cli_int(n, v, 1, 1 << 20);

@@ -656,11 +656,8 @@ static void on_train_opt(const CliOpt *opt, const char *v, void *user) {
         o->sets[o->n_sets++] = v;
     } else if (!strcmp(n, "data")) o->data = v;
     else if (!strcmp(n, "val-fraction")) o->val_fraction = cli_double(n, v, 0, 0.9);
-    else if (!strcmp(n, "device")) {
-        if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
-            cli_usage_error(&train_cmd, "--device '%s': use cpu, cuda or auto", v);
-        o->device = v;
-    } else if (!strcmp(n, "steps")) o->steps = cli_int(n, v, 1, BIG);
+    else if (!strcmp(n, "device")) o->device = cli_device(&train_cmd, v);
+    else if (!strcmp(n, "steps")) o->steps = cli_int(n, v, 1, BIG);
     else if (!strcmp(n, "stop-at")) o->stop_at = cli_int(n, v, 1, BIG);
     else if (!strcmp(n, "batch")) o->batch = (int)cli_int(n, v, 1, 1 << 20);
     else if (!strcmp(n, "seq")) o->seq = (int)cli_int(n, v, 1, 1 << 24);
