@@ -42,7 +42,9 @@ Device device_parse(const char *text, const char *flag_name) {
     gdp_fatal("%s '%s' is not a device: use cpu, cuda or auto", flag_name, text);
 }
 
-void *device_try_malloc(Device dev, size_t bytes) {
+/* The memory, or NULL; on CUDA *why (if not NULL) then holds cudaMalloc's error. A CUDA allocation
+ * failure is not sticky: it is cleared for the caller's next call. */
+static void *device_alloc(Device dev, size_t bytes, const char **why) {
     if (bytes == 0) bytes = 1;
     if (dev == DEV_CPU) {
         void *p = NULL;
@@ -50,34 +52,24 @@ void *device_try_malloc(Device dev, size_t bytes) {
     }
 #ifdef GDP_CUDA
     void *p = NULL;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) {
-        (void)cudaGetLastError(); /* an allocation failure is not sticky: clear it for the caller's next call */
-        return NULL;
-    }
-    return p;
+    const cudaError_t err = cudaMalloc(&p, bytes);
+    if (err == cudaSuccess) return p;
+    (void)cudaGetLastError();
+    if (why) *why = cudaGetErrorString(err);
+    return NULL;
 #else
-    gdp_fatal("device_try_malloc on cuda: this build has no CUDA support");
+    gdp_fatal("device memory on cuda: this build has no CUDA support");
 #endif
 }
 
+void *device_try_malloc(Device dev, size_t bytes) { return device_alloc(dev, bytes, NULL); }
+
 void *device_malloc(Device dev, size_t bytes) {
-    if (bytes == 0) bytes = 1;
-    if (dev == DEV_CPU) {
-        void *p = NULL;
-        if (posix_memalign(&p, 256, bytes) != 0 || !p)
-            gdp_fatal("out of host memory allocating %zu MiB", bytes >> 20);
-        return p;
-    }
-#ifdef GDP_CUDA
-    void *p = NULL;
-    cudaError_t err = cudaMalloc(&p, bytes);
-    if (err != cudaSuccess)
-        gdp_fatal("cudaMalloc of %zu MiB failed: %s; lower the batch size or the arena sizes", bytes >> 20,
-                  cudaGetErrorString(err));
-    return p;
-#else
-    gdp_fatal("device_malloc on cuda: this build has no CUDA support");
-#endif
+    const char *why = NULL;
+    void *p = device_alloc(dev, bytes, &why);
+    if (p) return p;
+    if (dev == DEV_CPU) gdp_fatal("out of host memory allocating %zu MiB", bytes >> 20);
+    gdp_fatal("cudaMalloc of %zu MiB failed: %s; lower the batch size or the arena sizes", bytes >> 20, why);
 }
 
 void device_free(Device dev, void *p) {
