@@ -5,20 +5,29 @@
 # them: fla's autotuning at K 256 alone takes ~170 s), compute-sanitizer last if time is left.
 # Carry .carry/fla (an fla checkout, never committed) and .carry/testdata (the vectors that
 # test_gpu_gdp reads). ONLY_H200=1 stops at once on any other card, so that a call meant for H200
-# numbers spends no more than the start on an H100. SKIP_BUILD=1, SKIP_TESTS=1, SANITIZER=0 and
+# numbers spends no more than the start on an H100; OTHER_CARD=short runs a shorter check there
+# instead (LIMIT from H100_LIMIT, default 430; 2 rounds, one vs_fla run, no other shapes), which
+# is what a `kind: nvidia-h200` call that lands on an H100 is best spent on. SKIP_BUILD=1, SKIP_TESTS=1, SANITIZER=0 and
 # ROUNDS=0 / VSFLA_REPS=0 leave those steps out (a second call on the warm machine).
 # LIMIT (s) is the call's limit: steps that would not fit are skipped. A table last; the logs come
 # back as $OUT/issue4_logs.tgz (scripts/gpu_logs.sh).
 set -u
 export PATH=$PATH:/usr/local/cuda/bin PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 . "$(dirname "$0")/gpu_logs.sh" issue4
-T0=$(date +%s); LIMIT=${LIMIT:-570}; ROUNDS=${ROUNDS:-3}; VSFLA_REPS=${VSFLA_REPS:-2}
+T0=$(date +%s)
+card=$(nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>&1 | head -1)
+echo "card: $card"
+if ! echo "$card" | grep -q H200; then
+    if [ "${ONLY_H200:-0}" = 1 ]; then echo "not an H200 (ONLY_H200=1): stopping"; exit 3; fi
+    if [ "${OTHER_CARD:-full}" = short ]; then
+        LIMIT=${H100_LIMIT:-430} ROUNDS=${ROUNDS:-2} VSFLA_REPS=${VSFLA_REPS:-1} SHAPES_OTHER=${SHAPES_OTHER:-0}
+        echo "not an H200 (OTHER_CARD=short): LIMIT $LIMIT, $ROUNDS rounds, vs_fla $VSFLA_REPS, other shapes $SHAPES_OTHER"
+    fi
+fi
+LIMIT=${LIMIT:-570}; ROUNDS=${ROUNDS:-3}; VSFLA_REPS=${VSFLA_REPS:-2}
 rows=()
 row() { rows+=("$1"); echo "== $1"; }
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
-card=$(nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>&1 | head -1)
-echo "card: $card"
-if [ "${ONLY_H200:-0}" = 1 ] && ! echo "$card" | grep -q H200; then echo "not an H200 (ONLY_H200=1): stopping"; exit 3; fi
 G=build/gdp
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
     make -j16 all build/tests/gpu/test_gpu_gdp build/tests/gpu/test_gpu_ops > "$L/build.log" 2>&1 || { tail -30 "$L/build.log"; exit 1; }
