@@ -7,8 +7,9 @@
 # test_gpu_gdp reads). ONLY_H200=1 stops at once on any other card, so that a call meant for H200
 # numbers spends no more than the start on an H100; OTHER_CARD=short runs a shorter check there
 # instead (LIMIT from H100_LIMIT, default 430; 2 rounds, one vs_fla run, no other shapes), which
-# is what a `kind: nvidia-h200` call that lands on an H100 is best spent on. SKIP_BUILD=1, SKIP_TESTS=1, SANITIZER=0 and
-# ROUNDS=0 / VSFLA_REPS=0 leave those steps out (a second call on the warm machine).
+# is what a `kind: nvidia-h200` call that lands on an H100 is best spent on. SKIP_BUILD=1,
+# SKIP_TESTS=1, SANITIZER=0 and ROUNDS=0 / VSFLA_REPS=0 leave those steps out (a second call on the
+# warm machine).
 # LIMIT (s) is the call's limit: steps that would not fit are skipped. A table last; the logs come
 # back as $OUT/issue4_logs.tgz (scripts/gpu_logs.sh).
 set -u
