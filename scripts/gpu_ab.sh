@@ -12,6 +12,9 @@
 #                         git archive main | tar -x -C .carry/ref_tree
 #                         mkdir -p .carry/testdata && cp ../shared/testdata/gdp_vectors.h5 .carry/testdata/
 # then run `bash scripts/gpu_ab.sh` with carry [".carry/ref_tree", ".carry/testdata"].
+# AB_REF_ENV='VAR=value …' makes R this tree's build under those settings instead (a runtime switch
+# such as GDP_BWD_A_GRID=kz): no reference tree, one build. AB_PROFILE lists the profiled shapes
+# (';'-separated, default "--H 16 --n 2,3;--H 16 --n 2 --mode split").
 # SKIP='name|…' leaves steps out (tests, testgpu, sanitizer, profile, bench).
 set -u
 export PATH=$PATH:/usr/local/cuda/bin OMP_WAIT_POLICY=passive NCCL_NVLS_ENABLE=0
@@ -23,12 +26,18 @@ TEST_ENVS=${AB_TEST_ENVS:-"GDP_STATE_TMA=0|GDP_STATE_TMA=1|GDP_GENERIC=seq"}
 T0=$(date +%s); rows=()
 row() { rows+=("$1"); echo "== $1"; }
 skip() { [[ -n "${SKIP:-}" && "$1" =~ ^(${SKIP})$ ]]; }
-[ -d "$REF" ] || { echo "no reference tree at $REF (see this script's header)"; exit 2; }
+REF_ENV=${AB_REF_ENV:-}
+[ -n "$REF_ENV" ] || [ -d "$REF" ] || { echo "no reference tree at $REF (see this script's header)"; exit 2; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader > "$L/gpu.txt" 2>&1
 make -j16 all build/tests/gpu/test_gpu_gdp > "$L/build_c.log" 2>&1 || { tail -30 "$L/build_c.log"; exit 1; }
 row "build C $(( $(date +%s) - T0 )) s"
-(cd "$REF" && make -j8 build/gdp > "$L/build_r.log" 2>&1; echo "rc=$?" >> "$L/build_r.log") &
-ref_build=$!
+if [ -n "$REF_ENV" ]; then
+    echo "R is this build under $REF_ENV" > "$L/build_r.log"; ref_build=
+else
+    (cd "$REF" && make -j8 build/gdp > "$L/build_r.log" 2>&1; echo "rc=$?" >> "$L/build_r.log") &
+    ref_build=$!
+fi
+ref_gdp() { if [ -n "$REF_ENV" ]; then echo build/gdp; else echo "$REF/build/gdp"; fi; }
 if ! skip tests; then
     IFS='|' read -r -a envs_list <<< "|$TEST_ENVS"
     for envs in "${envs_list[@]}"; do
@@ -50,7 +59,7 @@ if ! skip sanitizer && command -v compute-sanitizer > /dev/null; then
         row "sanitizer $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool.log" | tail -1) ($(( $(date +%s) - t )) s)"
     done
 fi
-wait $ref_build
+[ -n "$ref_build" ] && wait $ref_build
 row "build R: $(tail -1 "$L/build_r.log")"
 bench1() { # bench1 LABEL GDP [VAR=value ...] ARGS...: one row per n
     local label=$1 g=$2; shift 2
@@ -65,15 +74,18 @@ if ! skip bench; then
     for shape in "${shape_list[@]}"; do
         for ((i = 1; i <= ROUNDS; i++)); do
             bench1 "C $shape" build/gdp $shape
-            bench1 "R $shape" "$REF/build/gdp" $shape
+            bench1 "R $shape" "$(ref_gdp)" $REF_ENV $shape
         done
     done
 fi
 if ! skip profile; then
+    IFS=';' read -r -a profile_list <<< "${AB_PROFILE:---H 16 --n 2,3;--H 16 --n 2 --mode split}"
     for tree in C R; do
-        g=build/gdp; [ $tree = R ] && g=$REF/build/gdp
-        GDP_BENCH_PROFILE=1 timeout 120 $g bench op --H 16 --n 2,3 --iters 20 > "$L/profile_$tree.log" 2>&1
-        GDP_BENCH_PROFILE=1 timeout 120 $g bench op --H 16 --n 2 --mode split --iters 20 >> "$L/profile_$tree.log" 2>&1
+        g=build/gdp; envs=(); [ $tree = R ] && { g=$(ref_gdp); envs=($REF_ENV); }
+        : > "$L/profile_$tree.log"
+        for shape in "${profile_list[@]}"; do
+            env GDP_BENCH_PROFILE=1 "${envs[@]}" timeout 120 $g bench op $shape --iters 20 >> "$L/profile_$tree.log" 2>&1
+        done
         grep -E "^-- kernels|gdp profile" "$L/profile_$tree.log" |
             awk '{ if ($1=="--") print "'$tree' " $0; else printf "  %-16s bv %3s %s %s\n", $3, $(NF-4), $(NF-1), $NF }'
     done
