@@ -32,12 +32,11 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 make -j16 all build/tests/gpu/test_gpu_gdp > "$L/build_c.log" 2>&1 || { tail -30 "$L/build_c.log"; exit 1; }
 row "build C $(( $(date +%s) - T0 )) s"
 if [ -n "$REF_ENV" ]; then
-    echo "R is this build under $REF_ENV" > "$L/build_r.log"; ref_build=
+    echo "R is this build under $REF_ENV" > "$L/build_r.log"; ref_build=; REF_GDP=build/gdp
 else
     (cd "$REF" && make -j8 build/gdp > "$L/build_r.log" 2>&1; echo "rc=$?" >> "$L/build_r.log") &
-    ref_build=$!
+    ref_build=$!; REF_GDP=$REF/build/gdp
 fi
-ref_gdp() { if [ -n "$REF_ENV" ]; then echo build/gdp; else echo "$REF/build/gdp"; fi; }
 if ! skip tests; then
     IFS='|' read -r -a envs_list <<< "|$TEST_ENVS"
     for envs in "${envs_list[@]}"; do
@@ -74,14 +73,14 @@ if ! skip bench; then
     for shape in "${shape_list[@]}"; do
         for ((i = 1; i <= ROUNDS; i++)); do
             bench1 "C $shape" build/gdp $shape
-            bench1 "R $shape" "$(ref_gdp)" $REF_ENV $shape
+            bench1 "R $shape" "$REF_GDP" $REF_ENV $shape
         done
     done
 fi
 if ! skip profile; then
     IFS=';' read -r -a profile_list <<< "${AB_PROFILE:---H 16 --n 2,3;--H 16 --n 2 --mode split}"
     for tree in C R; do
-        g=build/gdp; envs=(); [ $tree = R ] && { g=$(ref_gdp); envs=($REF_ENV); }
+        g=build/gdp; envs=(); [ $tree = R ] && { g=$REF_GDP; envs=($REF_ENV); }
         : > "$L/profile_$tree.log"
         for shape in "${profile_list[@]}"; do
             env GDP_BENCH_PROFILE=1 "${envs[@]}" timeout 120 $g bench op $shape --iters 20 >> "$L/profile_$tree.log" 2>&1
