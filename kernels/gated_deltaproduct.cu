@@ -179,9 +179,11 @@ template <typename OT, class F> __device__ __forceinline__ void fill(OT *s, int 
  * chunk's heads run side by side: at H 16, n_h 2 bwd_b took 0.529-0.536 ms against 0.543-0.546
  * with the heads of one chunk 512 CTAs apart (H200, session 26 call 5). (ci as blockIdx.x / H of a
  * one-dimensional grid made five fast kernels spill.) */
-__device__ __forceinline__ void block_chunk_head(const Params &P, int &ci, int &h) {
-    ci = P.ci0 + (int)blockIdx.y;
-    h = (int)blockIdx.x;
+/* KT_X (k_bwd_a_fast): the grid is (K tiles, H, chunks) instead, so that a chunk's K tiles run side
+ * by side and each reads the chunk's dO, D and dD where the one before it left them, in L2. */
+template <bool KT_X = false> __device__ __forceinline__ void block_chunk_head(const Params &P, int &ci, int &h) {
+    ci = P.ci0 + (int)(KT_X ? blockIdx.z : blockIdx.y);
+    h = (int)(KT_X ? blockIdx.y : blockIdx.x);
 }
 
 struct ChunkCtx {
@@ -196,10 +198,10 @@ struct ChunkCtx {
  * generic kernels and k_bwd_a_kres spill.) tok0 and ct are seq_chunk's formula spelled out: calling
  * seq_chunk here, with frag_earlier_decay through earlier(), moved k_prep2_fast from 77 / 78 to 72
  * registers and made it 3% slower (H200, session 27 call 1). */
-template <bool TABLE_FREE = false>
+template <bool TABLE_FREE = false, bool KT_X = false>
 __device__ __forceinline__ bool chunk_ctx(const Params &P, ChunkCtx &c) {
     int ci, h;
-    block_chunk_head(P, ci, h);
+    block_chunk_head<KT_X>(P, ci, h);
     if (TABLE_FREE && !P.cu) {
         const int s = (int)(__umulhi((unsigned)ci << 2, P.ncs_mul) >> P.ncs_shift), cc = ci - s * P.ncs;
         if (s >= P.N) return false;
@@ -2909,15 +2911,17 @@ __device__ __forceinline__ void bwd_a_gate_out(const Params &P, const ChunkCtx &
     }
 }
 
-template <int CTP> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(Params P) {
+/* KT_X: the grid is (K tiles, H, chunks), a chunk's K tiles side by side (block_chunk_head); false:
+ * (H, chunks, K tiles), each K tile of every chunk in turn (GDP_BWD_A_GRID=kz, for A/B runs) */
+template <int CTP, bool KT_X> __global__ void __launch_bounds__(NTHREADS, 2) k_bwd_a_fast(Params P) {
     using SM = BwdAFastSmem<CTP>;
     constexpr int QW = SM::QW, NTQ = QW / 8, QCT = SM::QCT;
     /* with 4 warp tiles a CTP x 64 product, warps 0-3 take dQ and 4-7 dS; with 8, every warp both */
     constexpr bool QSPLIT = (CTP / 16) * QCT == 4;
     extern __shared__ __align__(16) char smem[];
     ChunkCtx c;
-    if (!chunk_ctx<true>(P, c)) return;
-    const int kt = blockIdx.z, c0 = kt * GDP_TILE, ct = c.ct, lc = c.lc;
+    if (!chunk_ctx<true, KT_X>(P, c)) return;
+    const int kt = KT_X ? blockIdx.x : blockIdx.z, c0 = kt * GDP_TILE, ct = c.ct, lc = c.lc;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     float *Gs = (float *)smem, *rowf = Gs + 64, *qf = rowf + 64, *red = qf + 64, *pst = red + 8, *pga = pst + 128,
           *pq = pga + 128;
@@ -4251,8 +4255,10 @@ static GdpStatus launch(const char *who, const char *name, K kernel, dim3 grid, 
  * more chunks go out in several launches, each from chunk P.ci0. */
 struct ChunkGrid {
     int z;
+    bool kt_x; /* (z, H, chunks): block_chunk_head<true> */
 };
-static ChunkGrid chunk_grid(int z = 1) { return ChunkGrid{z}; }
+static ChunkGrid chunk_grid(int z = 1) { return ChunkGrid{z, false}; }
+static ChunkGrid chunk_grid_kt_x(int nkt) { return ChunkGrid{nkt, true}; }
 /* the most chunks a launch: 65535, or fewer under GDP_CHUNK_GRID_Y (tests: the pieces' offsets) */
 static int chunk_grid_y_max() {
     const char *e = getenv("GDP_CHUNK_GRID_Y");
@@ -4265,7 +4271,8 @@ static GdpStatus launch(const char *who, const char *name, K kernel, ChunkGrid g
     const int ymax = chunk_grid_y_max();
     Params piece = P;
     for (piece.ci0 = 0; piece.ci0 < P.NCmax; piece.ci0 += ymax) {
-        const dim3 grid(P.H, min(ymax, P.NCmax - piece.ci0), g.z);
+        const int nch = min(ymax, P.NCmax - piece.ci0);
+        const dim3 grid = g.kt_x ? dim3(g.z, P.H, nch) : dim3(P.H, nch, g.z);
         GdpStatus s = launch(who, name, kernel, grid, smem, st, piece, extra...);
         if (s != GDP_OK) return s;
     }
@@ -4474,8 +4481,8 @@ static size_t prep2_fast_smem(int KP, int ctp, bool split_r, int VP) {
 #undef GDP_PS
     return 0;
 }
-static void (*bwd_a_fast_kernel(int ctp))(Params) {
-    return ctp == 16 ? k_bwd_a_fast<16> : ctp == 32 ? k_bwd_a_fast<32> : ctp == 64 ? k_bwd_a_fast<64> : nullptr;
+template <bool KT_X> static void (*bwd_a_fast_kernel(int ctp))(Params) {
+    return ctp == 16 ? k_bwd_a_fast<16, KT_X> : ctp == 32 ? k_bwd_a_fast<32, KT_X> : ctp == 64 ? k_bwd_a_fast<64, KT_X> : nullptr;
 }
 /* the shapes of the fast prep, bwd_a and bwd_b: K and V whole 64-column tiles, 16-byte rows */
 static bool fast_shape(const GdpPlan &pl, const Params &P) {
@@ -4858,8 +4865,11 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
         if (kres) {
             s = launch(who, "k_bwd_a_kres", bwd_a_kres_kernel(pl.Ctp), chunk_grid(), bwd_a_kres_smem(pl.Ctp), st, P);
             if (s != GDP_OK) return s;
-        } else if (fast_bwd && bwd_a_fast_kernel(pl.Ctp)) {
-            s = launch(who, "k_bwd_a_fast", bwd_a_fast_kernel(pl.Ctp), chunk_grid(P.nkt), bwd_a_fast_smem(pl.Ctp), st, P);
+        } else if (fast_bwd && bwd_a_fast_kernel<true>(pl.Ctp)) {
+            const char *grid_env = getenv("GDP_BWD_A_GRID");
+            s = grid_env && !strcmp(grid_env, "kz")
+                    ? launch(who, "k_bwd_a_fast", bwd_a_fast_kernel<false>(pl.Ctp), chunk_grid(P.nkt), bwd_a_fast_smem(pl.Ctp), st, P)
+                    : launch(who, "k_bwd_a_fast", bwd_a_fast_kernel<true>(pl.Ctp), chunk_grid_kt_x(P.nkt), bwd_a_fast_smem(pl.Ctp), st, P);
             if (s != GDP_OK) return s;
         } else {
             LAUNCH(k_bwd_a<IT>, chunk_grid(P.nkt), BwdASmem<IT>::carve(nullptr, pl.Ctp, pl.nvt, nullptr));

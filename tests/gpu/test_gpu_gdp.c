@@ -804,6 +804,48 @@ static void fused_vs_apart(int *failures, const char *split_kind) {
     unsetenv("GDP_BWD_DISCARD");
     unsetenv("GDP_BWD_B_SPLIT");
 }
+/* k_bwd_a_fast's grid orders: (K tiles, H, chunks), the default, and (H, chunks, K tiles) under
+ * GDP_BWD_A_GRID=kz give the same bits (each CTA makes the same products); K tiles 1 to 4, both modes,
+ * varlen, and launches cut into pieces of 3 chunks (GDP_CHUNK_GRID_Y: the piece's offset moves to z). */
+GPU_TEST(bwd_a_grid_orders) {
+    static const RandCase cs[] = {
+        /* mode, B, T, H, K, V, n, gate, h0, nseq */
+        {GDP_MODE_HOUSEHOLDER, 2, 300, 2, 128, 128, 1, 1, 1, 0},
+        {GDP_MODE_HOUSEHOLDER, 1, 300, 2, 256, 128, 2, 1, 1, 3},
+        {GDP_MODE_SPLIT, 1, 200, 2, 64, 128, 2, 1, 1, 2},
+        {GDP_MODE_HOUSEHOLDER, 1, 130, 1, 192, 64, 1, 1, 0, 0},
+    };
+    for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) {
+        RandData r;
+        rand_make(&cs[i], 9980 + i, &r);
+        GdpDesc d = r.d;
+        d.dtype = GDP_BF16;
+        GdpSizes s = gdp_sizes(&d);
+        for (int pieces = 0; pieces < 2; pieces++) {
+            if (pieces) setenv("GDP_CHUNK_GRID_Y", "3", 1);
+            HostIO io[2];
+            int ok = 1;
+            for (int k = 0; k < 2; k++) {
+                if (k) setenv("GDP_BWD_A_GRID", "kz", 1);
+                io[k] = hio(&r, d.cu_seqlens);
+                int launched = 0;
+                if (run_gpu_launches(&d, &io[k], 1, "k_bwd_a_fast", &launched)) ok = 0;
+                GPU_EXPECT(launched, "case %zu: k_bwd_a_fast did not run (grid %s)", i, k ? "kz" : "default");
+                unsetenv("GDP_BWD_A_GRID");
+            }
+            unsetenv("GDP_CHUNK_GRID_Y");
+            if (!ok) (*failures)++;
+            ResultPair t[8];
+            const size_t nt = ok ? same_bits_results(&io[0], &io[1], &s, 0, t) : 0;
+            for (size_t j = 0; j < nt; j++)
+                GPU_EXPECT(!memcmp(t[j].x, t[j].y, 8 * (size_t)t[j].n), "case %zu%s: %s differs between k_bwd_a_fast's grid orders", i,
+                           pieces ? " (pieces of 3 chunks)" : "", t[j].name);
+            for (int k = 0; k < 2; k++) hostio_free(&io[k]);
+        }
+        rand_free(&r);
+    }
+}
+
 /* Split mode's fast prep at K 256 with n 2 and 4 takes the keys as loaded (k_prep2_fast's RAW kind):
  * no tile of its own for R, so the same shared memory as householder mode's at the same shape (two
  * CTAs an SM; with R's tile it had one). The results of these shapes are checked against the CPU in
