@@ -62,6 +62,8 @@ struct Params {
     bool fast_out;   /* forward: k_state_fast writes o (k_output is not run) */
     bool keep_hd;    /* k_state_fast with the output: store h and Delta too (the forward saves them) */
     bool dw_discard; /* k_bwd_ab: drop each chunk's dW and dK_w lines from L2 once read (never written back) */
+    bool seq_hv;     /* state and dh passes: grid (N H, V tiles), not (V tiles, H, N) (seq_cta); it sits in
+                      * the padding before ninv, so that no other field moves */
     int ninv;        /* 65536/n + 1: p/n == (p*ninv) >> 16 exactly for p < 64 */
     int sinv;        /* split mode: 65536/(K/n) + 1: x/(K/n) == (x*sinv) >> 16 exactly for x < 256 */
     bool wsl8;       /* split mode: the slice width K/n is a multiple of 8 */
@@ -184,6 +186,19 @@ template <typename OT, class F> __device__ __forceinline__ void fill(OT *s, int 
 template <bool KT_X = false> __device__ __forceinline__ void block_chunk_head(const Params &P, int &ci, int &h) {
     ci = P.ci0 + (int)(KT_X ? blockIdx.z : blockIdx.y);
     h = (int)(KT_X ? blockIdx.y : blockIdx.x);
+}
+
+/* A state or dh pass's CTA: sequence s, head h, V tile v0 (BV columns). The grid is (V tiles, H,
+ * sequences), so that a (sequence, head)'s V tiles are adjacent CTAs: they run in the same wave and
+ * share each chunk's W, Kwd, q and P through L2. With (N H, V tiles) and more CTAs than fit the GPU
+ * at once (K 256: one CTA an SM, 512 CTAs at B 8, H 16), each V tile of a head ran in another wave
+ * and read those tiles from DRAM again. P.seq_hv keeps that order (GDP_SEQ_GRID=hv, for A/B runs, and
+ * over 65535 sequences, which the z dimension cannot hold). */
+__device__ __forceinline__ void seq_cta(const Params &P, int bv, int &s, int &h, int &v0) {
+    const unsigned sh = P.seq_hv ? blockIdx.x : blockIdx.z * P.H + blockIdx.y; /* s H + h */
+    s = (int)(sh / P.H);
+    h = (int)(sh % P.H);
+    v0 = (int)(P.seq_hv ? blockIdx.y : blockIdx.x) * bv;
 }
 
 struct ChunkCtx {
@@ -832,8 +847,10 @@ template <typename IT> struct StateSmem {
 
 template <typename IT> __global__ void __launch_bounds__(NTHREADS, 2) k_state(Params P) {
     extern __shared__ __align__(16) char smem[];
-    const int bv = P.bv, v0 = blockIdx.y * bv, w = min(bv, P.VP - v0);
-    const int s = blockIdx.x / P.H, h = blockIdx.x % P.H;
+    const int bv = P.bv;
+    int s, h, v0;
+    seq_cta(P, bv, s, h, v0);
+    const int w = min(bv, P.VP - v0);
     const int KP = P.KP, ldk = KP + 8, lds = bv + 8, nst = P.nst, Ctp = P.Ctp;
     const bool fused = P.fuse_out;
     StateSmem<IT> S;
@@ -993,8 +1010,10 @@ template <typename IT> struct DhSmem {
 
 template <typename IT> __global__ void __launch_bounds__(NTHREADS) k_dh(Params P) {
     extern __shared__ __align__(16) char smem[];
-    const int bv = P.bv, v0 = blockIdx.y * bv, w = min(bv, P.VP - v0);
-    const int s = blockIdx.x / P.H, h = blockIdx.x % P.H;
+    const int bv = P.bv;
+    int s, h, v0;
+    seq_cta(P, bv, s, h, v0);
+    const int w = min(bv, P.VP - v0);
     const int KP = P.KP, ldk = KP + 8, lds = bv + 8, Ctp = P.Ctp, nst = P.nst;
     DhSmem<IT> S;
     DhSmem<IT>::carve(smem, KP, Ctp, bv, nst, &S);
@@ -1810,7 +1829,8 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO || KP > 128 ? 1 : 
     static_assert(CTPO == 0 || OT::USED == 8, "every warp takes a piece of the output");
     using MS = MergedStep<KP, BV, CTPO>;
     extern __shared__ __align__(16) char smem[];
-    const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H;
+    int s, h, v0;
+    seq_cta(P, BV, s, h, v0);
     const OT ot;
     const int mo = ot.mo, no = ot.no;
     const TL tl;
@@ -2059,7 +2079,9 @@ __global__ void __launch_bounds__(NTHREADS, BV == 128 || CTPO ? 1 : 2) k_state_t
     constexpr int QR = CTPO > 0 ? CTPO : 16;
     extern __shared__ __align__(1024) char smem_raw[];
     char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H, tid = threadIdx.x;
+    int s, h, v0;
+    seq_cta(P, BV, s, h, v0);
+    const int tid = threadIdx.x;
     const OT ot;
     const int mo = ot.mo, no = ot.no;
     const TL tl;
@@ -2178,7 +2200,9 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_state_wg(Params P, const __grid
     constexpr int QR = SM::QR, LDO = SM::LDO;
     extern __shared__ __align__(1024) char smem_raw[];
     char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H, tid = threadIdx.x;
+    int s, h, v0;
+    seq_cta(P, BV, s, h, v0);
+    const int tid = threadIdx.x;
     const int vw = (tid >> 5) * 16, tq2 = 2 * (tid & 3);
     auto part = [&](int b, size_t off) { return (bf16_t *)(smem + b * TS::STAGE + off); };
     auto Wb = [&](int b) { return part(b, 0); };
@@ -2357,7 +2381,8 @@ template <int KP, int BV, int CTP> __global__ void __launch_bounds__(NTHREADS, 1
     using TL = SeqTiles<KP, BV>;
     constexpr int LDK = SM::LDK, LDS = SM::LDS;
     extern __shared__ __align__(16) char smem[];
-    const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H;
+    int s, h, v0;
+    seq_cta(P, BV, s, h, v0);
     const TL tl;
     const SeqStageHead<KP, SM::STAGE> hd{smem};
     auto Pb = [&](int b) { return hd.after(b); };
@@ -2459,7 +2484,9 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_dh_tma(Params P, const __grid_c
     using TL = SeqTiles<KP, BV>;
     extern __shared__ __align__(1024) char smem_raw[];
     char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    const int v0 = blockIdx.y * BV, s = blockIdx.x / P.H, h = blockIdx.x % P.H, tid = threadIdx.x, Ct = P.Ct;
+    int s, h, v0;
+    seq_cta(P, BV, s, h, v0);
+    const int tid = threadIdx.x, Ct = P.Ct;
     const TL tl;
     auto part = [&](int b, size_t off) { return (bf16_t *)(smem + b * SM::STAGE + off); };
     auto Wb = [&](int b) { return Swz128<64>{part(b, 0)}; };
@@ -4259,6 +4286,8 @@ struct ChunkGrid {
 };
 static ChunkGrid chunk_grid(int z = 1) { return ChunkGrid{z, false}; }
 static ChunkGrid chunk_grid_kt_x(int nkt) { return ChunkGrid{nkt, true}; }
+/* the state and dh passes' grid (seq_cta) */
+static dim3 seq_grid(const Params &P, int nvt) { return P.seq_hv ? dim3(P.N * P.H, nvt) : dim3(nvt, P.H, P.N); }
 /* the most chunks a launch: 65535, or fewer under GDP_CHUNK_GRID_Y (tests: the pieces' offsets) */
 static int chunk_grid_y_max() {
     const char *e = getenv("GDP_CHUNK_GRID_Y");
@@ -4550,6 +4579,8 @@ static void fill_params(const GdpDesc *d, const GdpPlan &pl, void *ws, void *scr
     P.NCmax = pl.NCmax;
     P.nkt = pl.nkt;
     P.nvt = pl.nvt;
+    const char *seq_grid_env = getenv("GDP_SEQ_GRID");
+    P.seq_hv = (seq_grid_env && !strcmp(seq_grid_env, "hv")) || pl.N > 65535;
     P.scale = (float)gdp_effective_scale(d);
     P.ninv = 65536 / d->n + 1;
     P.sinv = 65536 / (d->K / d->n > 0 ? d->K / d->n : 1) + 1;
@@ -4724,18 +4755,18 @@ template <typename IT> static GdpStatus run_front(const char *who, const GdpPlan
         StateTmaMaps wg_maps;
         if (state_wg_on() && fast_bv == 128 && ns == 2 && pl.K == 128 && pl.KP == 128 && pl.V == pl.VP && P.veck &&
             state_wg_kernel(ctpo) && state_wg_smem(ctpo) <= (size_t)limit && state_tma_maps(pl, P, ctpo, wg_maps))
-            return launch(who, "k_state_wg", state_wg_kernel(ctpo), dim3(P.N * P.H, pl.VP / 128), state_wg_smem(ctpo), st, P,
+            return launch(who, "k_state_wg", state_wg_kernel(ctpo), seq_grid(P, pl.VP / 128), state_wg_smem(ctpo), st, P,
                           wg_maps);
         StateTmaMaps maps;
         if (seq_tma(P.keep_hd) && pl.K == 128 && pl.KP == 128 && pl.V == pl.VP && P.veck && ns == 2 &&
             state_tma_kernel(fast_bv, ctpo) && state_tma_smem(fast_bv, ctpo) <= (size_t)limit &&
             state_tma_maps(pl, P, ctpo, maps))
-            return launch(who, "k_state_tma", state_tma_kernel(fast_bv, ctpo), dim3(P.N * P.H, pl.VP / fast_bv),
+            return launch(who, "k_state_tma", state_tma_kernel(fast_bv, ctpo), seq_grid(P, pl.VP / fast_bv),
                           state_tma_smem(fast_bv, ctpo), st, P, maps);
-        return launch(who, "k_state_fast", state_fast_kernel(pl.KP, fast_bv, ns, ctpo), dim3(P.N * P.H, pl.VP / fast_bv),
+        return launch(who, "k_state_fast", state_fast_kernel(pl.KP, fast_bv, ns, ctpo), seq_grid(P, pl.VP / fast_bv),
                       state_fast_smem(pl.KP, fast_bv, ns, ctpo), st, P);
     }
-    LAUNCH(k_state<IT>, dim3(P.N * P.H, (P.VP + P.bv - 1) / P.bv), ss);
+    LAUNCH(k_state<IT>, seq_grid(P, (P.VP + P.bv - 1) / P.bv), ss);
     return GDP_OK;
 }
 
@@ -4751,13 +4782,13 @@ template <typename IT> static GdpStatus launch_dh(const char *who, const GdpPlan
             DhTmaMaps maps;
             if (seq_tma(true) && pl.K == 128 && pl.KP == 128 && dh_tma_kernel(bv, pl.Ctp) &&
                 dh_tma_smem(bv, pl.Ctp) <= (size_t)max_smem_optin() && dh_tma_maps(pl, P, maps))
-                return launch(who, "k_dh_tma", dh_tma_kernel(bv, pl.Ctp), dim3(P.N * P.H, pl.VP / bv), dh_tma_smem(bv, pl.Ctp), st,
+                return launch(who, "k_dh_tma", dh_tma_kernel(bv, pl.Ctp), seq_grid(P, pl.VP / bv), dh_tma_smem(bv, pl.Ctp), st,
                               P, maps);
-            return launch(who, "k_dh_fast", dh_fast_kernel(pl.KP, bv, pl.Ctp), dim3(P.N * P.H, pl.VP / bv),
+            return launch(who, "k_dh_fast", dh_fast_kernel(pl.KP, bv, pl.Ctp), seq_grid(P, pl.VP / bv),
                           dh_fast_smem(pl.KP, bv, pl.Ctp), st, P);
         }
     }
-    LAUNCH(k_dh<IT>, dim3(P.N * P.H, (P.VP + P.bv - 1) / P.bv), DhSmem<IT>::carve(nullptr, pl.KP, pl.Ctp, P.bv, P.nst, nullptr));
+    LAUNCH(k_dh<IT>, seq_grid(P, (P.VP + P.bv - 1) / P.bv), DhSmem<IT>::carve(nullptr, pl.KP, pl.Ctp, P.bv, P.nst, nullptr));
     return GDP_OK;
 }
 

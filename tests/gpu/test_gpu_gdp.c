@@ -285,6 +285,12 @@ static void rand_free(RandData *r) {
     free(r->dht);
 }
 
+/* name=value in the environment, or name unset where value is NULL */
+static void env_set_or_unset(const char *name, const char *value) {
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+}
+
 static HostIO hio(const RandData *r, const int32_t *cu) {
     HostIO io = {.q = r->q, .k = r->k, .v = r->v, .beta = r->beta, .g = r->g, .mask = r->mask, .h0 = r->h0,
                  .d_o = r->d_o, .dht = r->dht, .cu = cu};
@@ -846,6 +852,56 @@ GPU_TEST(bwd_a_grid_orders) {
     }
 }
 
+/* The state and dh passes' grid orders: (V tiles, H, sequences), the default, and (N H, V tiles) under
+ * GDP_SEQ_GRID=hv give the same bits (each CTA makes the same products), o and ht included, saving
+ * and plain forwards. Shapes with several V tiles a head: K 256 (k_state_fast, k_dh_fast), V tiles
+ * of 32 and 64 forced at K 128 (the tensor-copy passes too), varlen, split mode, and f32 (the generic
+ * passes, V 96 in tiles that need not divide it). */
+GPU_TEST(seq_grid_orders) {
+    static const struct { RandCase rc; DType dt; const char *bv, *state_tma; } cs[] = {
+        /* mode, B, T, H, K, V, n, gate, h0, nseq */
+        {{GDP_MODE_HOUSEHOLDER, 1, 300, 2, 256, 128, 2, 1, 1, 0}, GDP_BF16, NULL, NULL},
+        {{GDP_MODE_HOUSEHOLDER, 2, 200, 2, 128, 128, 1, 1, 1, 2}, GDP_BF16, "32", NULL},
+        {{GDP_MODE_SPLIT, 1, 200, 2, 128, 128, 2, 1, 1, 3}, GDP_BF16, "64", "1"},
+        {{GDP_MODE_HOUSEHOLDER, 1, 300, 3, 256, 256, 1, 1, 0, 2}, GDP_BF16, "32", NULL},
+        {{GDP_MODE_HOUSEHOLDER, 1, 130, 2, 64, 96, 3, 1, 1, 0}, GDP_F32, "32", NULL},
+    };
+    for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) {
+        RandData r;
+        rand_make(&cs[i].rc, 9990 + i, &r);
+        GdpDesc d = r.d;
+        d.dtype = cs[i].dt;
+        GdpSizes s = gdp_sizes(&d);
+        env_set_or_unset("GDP_BV_STATE", cs[i].bv);
+        env_set_or_unset("GDP_BV_DH", cs[i].bv);
+        env_set_or_unset("GDP_STATE_TMA", cs[i].state_tma);
+        for (int saved = 0; saved < 2; saved++) {
+            HostIO io[2];
+            int ok = 1;
+            for (int k = 0; k < 2; k++) {
+                if (k) setenv("GDP_SEQ_GRID", "hv", 1);
+                io[k] = hio(&r, d.cu_seqlens);
+                if (run_gpu_ex(&d, &io[k], NULL, 1, saved)) ok = 0;
+                unsetenv("GDP_SEQ_GRID");
+            }
+            if (!ok) (*failures)++;
+            if (ok)
+                GPU_EXPECT(!memcmp(io[0].o, io[1].o, 8 * (size_t)s.o), "case %zu (%s forward): o differs between the state pass's grid orders",
+                           i, saved ? "saving" : "plain");
+            ResultPair t[8];
+            const size_t nt = ok ? same_bits_results(&io[0], &io[1], &s, 1, t) : 0;
+            for (size_t j = 0; j < nt; j++)
+                GPU_EXPECT(!memcmp(t[j].x, t[j].y, 8 * (size_t)t[j].n), "case %zu (%s forward): %s differs between the state and dh passes' grid orders",
+                           i, saved ? "saving" : "plain", t[j].name);
+            for (int k = 0; k < 2; k++) hostio_free(&io[k]);
+        }
+        rand_free(&r);
+    }
+    unsetenv("GDP_BV_STATE");
+    unsetenv("GDP_BV_DH");
+    unsetenv("GDP_STATE_TMA");
+}
+
 /* Split mode's fast prep at K 256 with n 2 and 4 takes the keys as loaded (k_prep2_fast's RAW kind):
  * no tile of its own for R, so the same shared memory as householder mode's at the same shape (two
  * CTAs an SM; with R's tile it had one). The results of these shapes are checked against the CPU in
@@ -935,11 +991,6 @@ static int parse_case_list(const char *list, int n, unsigned char *pick) {
         if (*end == '\0') return 1;
         p = end;
     }
-}
-/* name=value in the environment, or name unset where value is NULL */
-static void env_set_or_unset(const char *name, const char *value) {
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
 }
 
 /* `only`: a comma-separated list of case indices to run (NULL: all), so that a slow tool can take the
