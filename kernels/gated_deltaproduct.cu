@@ -2366,7 +2366,8 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_state_wg(Params P, const __grid
  * past chunk ci + 1's dS update (the step's first barrier), ahead of the next stage's tiles, and
  * scaled after the second barrier, with a third before the dS update reads it. Two stages of q
  * left V tile 64 just over the shared memory at 32 chunk tokens, and V tile 32 loads W and Kwd
- * twice as often (H200, K = V = 256, n_h 2: dh 2.22 ms at V tile 32). */
+ * twice as often (H200, K = V = 256, n_h 2: dh 2.22 ms at V tile 32; measured with the grid's V tiles
+ * outermost, before seq_cta put a head's V tiles side by side, so the repeats now come from L2). */
 template <int KP, int BV, int CTP> struct DhFastSmem {
     static constexpr int LDK = KP + 8, LDS = BV + 8;
     static constexpr bool QONE = KP > 128;
@@ -4471,7 +4472,8 @@ static size_t dh_fast_smem(int KP, int bv, int ctp) {
 
 /* V-tile width of a fast sequential kernel among cands: the least work on the busiest SM, i.e.
  * ceil(CTAs / SMs) * bv columns, then the widest (each CTA loads the whole W and Kwd, so narrower
- * tiles load them more often). Measured at H 6, n 2: state bv 64 (96 CTAs) beat bv 32 (192), dh
+ * tiles load them more often; from L2 since seq_cta, so ties such as K 256's bv 64 against 32 are
+ * worth measuring again). Measured at H 6, n 2: state bv 64 (96 CTAs) beat bv 32 (192), dh
  * bv 64 beat bv 32; at H 16 (B 8) state bv 128 (128 CTAs, one an SM) beat bv 64 (256 CTAs, two
  * an SM), 0.236 against 0.290 ms at n 2: a third fewer bytes a step, and the pass is bound by them.
  * bv is the environment's GDP_BV_STATE / GDP_BV_DH when set and available; 0 when no candidate
