@@ -297,18 +297,16 @@ static HostIO hio(const RandData *r, const int32_t *cu) {
     return io;
 }
 
-/* The results two runs of one case must give bit for bit, paired: ht (with_ht) and every gradient
- * either run has, as (name, first run's, second run's, length); returns how many (at most 8) */
-typedef struct { const char *name; const double *x, *y; int64_t n; } ResultPair;
-static size_t same_bits_results(const HostIO *a, const HostIO *b, const GdpSizes *s, int with_ht, ResultPair out[8]) {
-    const ResultPair all[8] = {{"ht", a->ht, b->ht, s->state},       {"dq", a->dq, b->dq, s->q},
-                               {"dk", a->dk, b->dk, s->k},           {"dv", a->dv, b->dv, s->v},
-                               {"dbeta", a->dbeta, b->dbeta, s->beta}, {"dg", a->dg, b->dg, s->g},
-                               {"dmask", a->dmask, b->dmask, s->mask}, {"dh0", a->dh0, b->dh0, s->state}};
-    size_t n = 0;
+/* Expects the results two runs of one case must give bit for bit to be the same bits: ht (with_ht)
+ * and every gradient either run has. `what` names the runs; a failure reads "<what>: <tensor> differs". */
+static void expect_same_bits(int *failures, const HostIO *a, const HostIO *b, const GdpSizes *s, int with_ht, const char *what) {
+    const struct { const char *name; const double *x, *y; int64_t n; } all[8] = {
+        {"ht", a->ht, b->ht, s->state},         {"dq", a->dq, b->dq, s->q},
+        {"dk", a->dk, b->dk, s->k},             {"dv", a->dv, b->dv, s->v},
+        {"dbeta", a->dbeta, b->dbeta, s->beta}, {"dg", a->dg, b->dg, s->g},
+        {"dmask", a->dmask, b->dmask, s->mask}, {"dh0", a->dh0, b->dh0, s->state}};
     for (size_t j = with_ht ? 0 : 1; j < 8; j++)
-        if (all[j].x && all[j].n) out[n++] = all[j];
-    return n;
+        if (all[j].x && all[j].n) GPU_EXPECT(!memcmp(all[j].x, all[j].y, 8 * (size_t)all[j].n), "%s: %s differs", what, all[j].name);
 }
 
 /* CPU float64 reference of forward and backward */
@@ -571,11 +569,9 @@ static void saved_vs_plain(int *failures, const RandCase *cases, size_t ncases, 
                 continue;
             }
             GdpSizes s = gdp_sizes(&d);
-            ResultPair t[8];
-            const size_t nt = same_bits_results(&a, &b, &s, 1, t);
-            for (size_t j = 0; j < nt; j++)
-                GPU_EXPECT(!memcmp(t[j].x, t[j].y, 8 * (size_t)t[j].n), "case %zu %s: %s differs with the saved forward", i,
-                           dtype_name(d.dtype), t[j].name);
+            char what[96];
+            snprintf(what, sizeof what, "case %zu %s, with the saved forward", i, dtype_name(d.dtype));
+            expect_same_bits(failures, &a, &b, &s, 1, what);
             double num = 0, den = 0;
             for (int64_t e = 0; e < s.o; e++) num += (a.o[e] - b.o[e]) * (a.o[e] - b.o[e]), den += a.o[e] * a.o[e];
             const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
@@ -794,13 +790,11 @@ static void fused_vs_apart(int *failures, const char *split_kind) {
             }
             if (!ok) (*failures)++;
             for (int k = 1; k < 3 && ok; k++) {
-                ResultPair t[8];
-                const size_t nt = same_bits_results(&io[0], &io[k], &s, 0, t);
-                for (size_t j = 0; j < nt; j++)
-                    GPU_EXPECT(!memcmp(t[j].x, t[j].y, 8 * (size_t)t[j].n),
-                               "case %zu (%s, split %s, %s forward): %s of k_bwd_ab (discard %s) differs from the kernels apart", i,
-                               d.mode == GDP_MODE_SPLIT ? "split" : "householder", split_kind ? split_kind : "default",
-                               saved ? "saving" : "plain", t[j].name, runs[k][1]);
+                char what[160];
+                snprintf(what, sizeof what, "case %zu (%s, split %s, %s forward), k_bwd_ab (discard %s) against the kernels apart", i,
+                         d.mode == GDP_MODE_SPLIT ? "split" : "householder", split_kind ? split_kind : "default",
+                         saved ? "saving" : "plain", runs[k][1]);
+                expect_same_bits(failures, &io[0], &io[k], &s, 0, what);
             }
             for (int k = 0; k < 3; k++) hostio_free(&io[k]);
         }
@@ -841,11 +835,9 @@ GPU_TEST(bwd_a_grid_orders) {
             }
             unsetenv("GDP_CHUNK_GRID_Y");
             if (!ok) (*failures)++;
-            ResultPair t[8];
-            const size_t nt = ok ? same_bits_results(&io[0], &io[1], &s, 0, t) : 0;
-            for (size_t j = 0; j < nt; j++)
-                GPU_EXPECT(!memcmp(t[j].x, t[j].y, 8 * (size_t)t[j].n), "case %zu%s: %s differs between k_bwd_a_fast's grid orders", i,
-                           pieces ? " (pieces of 3 chunks)" : "", t[j].name);
+            char what[96];
+            snprintf(what, sizeof what, "case %zu%s, k_bwd_a_fast's two grid orders", i, pieces ? " (pieces of 3 chunks)" : "");
+            if (ok) expect_same_bits(failures, &io[0], &io[1], &s, 0, what);
             for (int k = 0; k < 2; k++) hostio_free(&io[k]);
         }
         rand_free(&r);
@@ -885,14 +877,12 @@ GPU_TEST(seq_grid_orders) {
                 unsetenv("GDP_SEQ_GRID");
             }
             if (!ok) (*failures)++;
-            if (ok)
-                GPU_EXPECT(!memcmp(io[0].o, io[1].o, 8 * (size_t)s.o), "case %zu (%s forward): o differs between the state pass's grid orders",
-                           i, saved ? "saving" : "plain");
-            ResultPair t[8];
-            const size_t nt = ok ? same_bits_results(&io[0], &io[1], &s, 1, t) : 0;
-            for (size_t j = 0; j < nt; j++)
-                GPU_EXPECT(!memcmp(t[j].x, t[j].y, 8 * (size_t)t[j].n), "case %zu (%s forward): %s differs between the state and dh passes' grid orders",
-                           i, saved ? "saving" : "plain", t[j].name);
+            char what[96];
+            snprintf(what, sizeof what, "case %zu (%s forward), the state and dh passes' two grid orders", i, saved ? "saving" : "plain");
+            if (ok) {
+                GPU_EXPECT(!memcmp(io[0].o, io[1].o, 8 * (size_t)s.o), "%s: o differs", what);
+                expect_same_bits(failures, &io[0], &io[1], &s, 1, what);
+            }
             for (int k = 0; k < 2; k++) hostio_free(&io[k]);
         }
         rand_free(&r);
