@@ -20,8 +20,8 @@ nvdisasm -gi on the sm_90a cubin; or ptxas of the same PTX with -lineinfo elsewh
 must be the same instructions, which is checked) and KEY is part of the kernel's mangled name, each
 instruction is charged to one line of its inline chain: the innermost frame inside `--within LO-HI`
 (the lines of the function under study; default: the innermost frame). Prints each line's
-instructions a block, its share of the samples and its main stalls (bench/NOTES.md, session 34,
-found split mode's extra in bwd_b this way).
+instructions a block, its share of the samples and its main stalls (split mode's extra cost in bwd_b
+was found this way).
 """
 import argparse
 import collections

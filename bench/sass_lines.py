@@ -7,8 +7,8 @@ Input: `nvdisasm -g -c CUBIN` of a -lineinfo build (the Makefile's NVCCFLAGS hav
     python3 bench/sass_lines.py all.sass k_prep2_fastILi128ELi32ELb0E 40
 cuobjdump and nvdisasm come with the CUDA toolkit, or from PyPI's nvidia-cuda-cuobjdump and
 nvidia-cuda-nvdisasm wheels (unpacked; not installed by this project). Static counts: an unrolled
-loop counts each copy, a rolled one once (bench/NOTES.md, session 30, used them to compare
-versions of a kernel before any run)."""
+loop counts each copy, a rolled one once (good for comparing two versions of a kernel before
+timing them)."""
 import collections
 import re
 import sys

@@ -4,7 +4,7 @@
 #pragma once
 #include "core/ctx.h"
 
-/* Gated RMSNorm (spec §3 output): y = o / sqrt(mean(o^2) + eps) * w * silu(z) per row of D,
+/* Gated RMSNorm (docs/spec.md §3, output): y = o / sqrt(mean(o^2) + eps) * w * silu(z) per row of D,
  * o and z [..., D] of the same shape, w [D]. Saves the per-row rstd; gradients for o, z and w
  * (dw reduced deterministically over rows). */
 Tensor *op_gated_rmsnorm(Ctx *ctx, Tensor *o, Tensor *z, Tensor *w, double eps);

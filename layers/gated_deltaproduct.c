@@ -277,5 +277,5 @@ static Tensor *gdp_case(Ctx *ctx, DType dt, uint64_t seed) {
     return op_gated_deltaproduct(ctx, &a);
 }
 
-/* bf16 bound 2e-2: the op's own bound (issue 3, `gdp vectors`); a chain of K/V-long bf16 products. */
+/* bf16 bound 2e-2: the op's own bound (`gdp vectors`); a chain of K/V-long bf16 products. */
 const OpDef op_gated_deltaproduct_def = {OPN, gdp_forward_node, gdp_backward_node, gdp_case, 0, 2e-2};

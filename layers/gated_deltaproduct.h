@@ -1,6 +1,6 @@
 /* The Gated DeltaProduct op on tensors, with its autograd node: the glue between the tape and the
  * public kernel API of kernels/gated_deltaproduct.h (CPU reference or CUDA kernels by ctx->device).
- * Math and layouts: shared/spec/gated-deltaproduct.md §1. */
+ * Math and layouts: docs/spec.md §1. */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>

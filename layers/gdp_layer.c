@@ -1,4 +1,4 @@
-/* The Gated DeltaProduct layer, step by step as spec §3 lists it:
+/* The Gated DeltaProduct layer, step by step as docs/spec.md §3 lists it:
  *   projections -> short causal convs + SiLU -> L2 norm of q, k (per head; split: per slice)
  *   -> beta = sigmoid(b_proj x) (x2 with negative eigenvalues)
  *   -> g = -exp(A_log) * softplus(a_proj x + dt_bias)

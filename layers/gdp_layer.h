@@ -1,4 +1,4 @@
-/* The Gated DeltaProduct token mixer (spec §3; fla's GatedDeltaProduct layer, same parameter names
+/* The Gated DeltaProduct token mixer (docs/spec.md §3; fla's GatedDeltaProduct layer, same parameter names
  * under "<prefix>.": q_proj, k_proj, v_proj, b_proj, a_proj, A_log, dt_bias, g_proj, o_norm,
  * o_proj, q_conv1d, k_conv1d, v_conv1d, and in split mode our `mask`). */
 #pragma once

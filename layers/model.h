@@ -1,4 +1,4 @@
-/* The Gated DeltaProduct language model (spec §4; fla's GatedDeltaProductForCausalLM):
+/* The Gated DeltaProduct language model (docs/spec.md §4; fla's GatedDeltaProductForCausalLM):
  *   model.embeddings -> N x [attn_norm -> attn (GatedDeltaProduct) -> + -> mlp_norm -> mlp -> +]
  *   -> model.norm -> lm_head (tied to the embeddings or not)
  * With num_labels > 0 the head is "classifier.weight" [num_labels, hidden] and the targets are

@@ -33,7 +33,7 @@ Tensor *pm_param_custom(ParamMaker *pm, const char *name, int ndim, const int64_
 /* A new gradient bucket (one per layer) in registry mode; nothing in direct mode. */
 void pm_begin_bucket(ParamMaker *pm);
 
-/* Gate initialisers (spec §3): A_log = log U(0,16) clamped away from 0; dt_bias = softplus^-1(dt),
+/* Gate initialisers (docs/spec.md §3): A_log = log U(0,16) clamped away from 0; dt_bias = softplus^-1(dt),
  * dt = exp(U(log 1e-3, log 1e-1)) clamped >= 1e-4; the split-mode mask = identity (user: &r). */
 void init_a_log(float *host, int64_t numel, Rng *rng, const void *user);
 void init_dt_bias(float *host, int64_t numel, Rng *rng, const void *user);

@@ -180,7 +180,7 @@ def _inputs(B=2, T=100, H=2, K=64, V=64, n=2, seed=0):
 
 
 def _naive(q, k, v, beta, g, h0):
-    """Spec §1.1 token by token in plain torch: decay, then n rank-1 delta steps, then read."""
+    """docs/spec.md §1.1 token by token in plain torch: decay, then n rank-1 delta steps, then read."""
     S, out = h0, []
     for t in range(q.shape[1]):
         S = S * g[:, t].exp()[..., None, None]

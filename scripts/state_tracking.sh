@@ -167,9 +167,9 @@ fi
 # ---- the table -------------------------------------------------------------------------------------
 expected() {
     case "$1" in
-        S3_hh_nh1_b01) echo "fails (README: needs negative eigenvalues and n_h >= 2)" ;;
-        S3_hh_nh1_b02) echo "fails (README: a single layer needs n_h >= 2 for S3)" ;;
-        S3_hh_nh2_b01) echo "fails (README: negative eigenvalues are required)" ;;
+        S3_hh_nh1_b01) echo "fails (paper README: needs negative eigenvalues and n_h >= 2)" ;;
+        S3_hh_nh1_b02) echo "fails (paper README: a single layer needs n_h >= 2 for S3)" ;;
+        S3_hh_nh2_b01) echo "fails (paper README: negative eigenvalues are required)" ;;
         S3_hh_nh2_b02) echo "learns; the only S3 config that does" ;;
         S5_hh_nh1_b02|S5_hh_nh2_b02) echo "fails at once (Fig. 1: ~0 almost immediately)" ;;
         S5_hh_nh3_b02) echo "~1.0 only below L ~20, 0 by ~50 (Fig. 1)" ;;

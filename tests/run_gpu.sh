@@ -1,5 +1,14 @@
 #!/bin/sh
 # GPU machine only: every CUDA-vs-CPU test binary, then gdp gradcheck --device cuda.
+# Without a CUDA build (no test binaries given) or without a visible GPU the tests are skipped.
+if [ $# -eq 0 ]; then
+    echo "gpu tests skipped: gdp was built without CUDA (no nvcc found, or NO_CUDA=1)"
+    exit 0
+fi
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    echo "gpu tests skipped: no NVIDIA GPU visible (nvidia-smi -L lists none)"
+    exit 0
+fi
 passed=0; failed=0; failed_names=""
 for t in "$@"; do
     echo "== $t"

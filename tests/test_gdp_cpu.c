@@ -1,7 +1,8 @@
-/* The Gated DeltaProduct CPU reference: the shared float64 vectors (f64 and f32), gradients of
- * both modes against finite differences, the spec's special cases, varlen, argument errors, the
- * tape node and the HDF5 reader's errors. Vectors: $GDP_VECTORS or
- * ../shared/testdata/gdp_vectors.h5 (relative to the repository root, where `make test` runs). */
+/* The Gated DeltaProduct CPU reference: the float64 reference vectors (f64 and f32), gradients of
+ * both modes against finite differences, the special cases of docs/spec.md, varlen, argument
+ * errors, the tape node and the HDF5 reader's errors. Vectors: $GDP_VECTORS or
+ * tests/data/gdp_vectors.h5 (relative to the repository root, where `make test` runs; the Makefile
+ * refuses to run the tests without it). */
 #include <hdf5.h>
 #include <math.h>
 #include <unistd.h>
@@ -18,7 +19,7 @@
 
 static const char *vectors_path(void) {
     const char *p = getenv("GDP_VECTORS");
-    return p && *p ? p : "../shared/testdata/gdp_vectors.h5";
+    return p && *p ? p : "tests/data/gdp_vectors.h5";
 }
 
 /* ---- a problem on host doubles, run through the public API in f64 or f32 ---------------------- */
@@ -314,7 +315,7 @@ START_TEST(varlen_equals_separate_runs) {
 }
 END_TEST
 
-/* ---- special cases of the spec (§1.2) ------------------------------------------------------- */
+/* ---- special cases of docs/spec.md (§1.2) ------------------------------------------------------- */
 
 /* Split with M = I is householder with n = r, zero-padded slice keys and shared v, beta. */
 START_TEST(split_identity_is_padded_householder) {

@@ -1,5 +1,5 @@
 /* gdp vectors: runs the Gated DeltaProduct op on every case of the float64 reference vectors
- * (shared/testdata/gdp_vectors.h5), forward and backward with L = sum(o*do) + sum(ht*dht), and
+ * (tests/data/gdp_vectors.h5), forward and backward with L = sum(o*do) + sum(ht*dht), and
  * compares each output and gradient with the file by relative L2 error. */
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +21,7 @@ static const CliOpt vectors_opts[] = {
 };
 static const CliCommand vectors_cmd = {
     "vectors", "gdp vectors FILE.h5 [--device cpu|cuda] [--dtype f64|f32|bf16] [--case NAME]",
-    "Checks the Gated DeltaProduct op against the float64 reference vectors (shared/testdata/gdp_vectors.h5):\n"
+    "Checks the Gated DeltaProduct op against the float64 reference vectors (tests/data/gdp_vectors.h5):\n"
     "forward (o, ht) and backward (dq, dk, dv, dbeta, dg, dmask, dh0) of every case, one line per tensor with\n"
     "its relative L2 error and PASS/FAIL, then a summary. Cases without a gate or h0 run with g = NULL and\n"
     "h0 = NULL (their gradients are then the ones at zero). Exits 1 if any check fails, 2 on bad usage.",
@@ -159,7 +159,7 @@ int cmd_vectors(int argc, char **argv) {
     VecArgs a = {"cpu", NULL, NULL};
     char *pos[2];
     int npos = cli_parse(&vectors_cmd, argc, argv, on_opt, &a, pos, 1);
-    if (npos != 1) cli_usage_error(&vectors_cmd, "give the vectors file, e.g. ../shared/testdata/gdp_vectors.h5");
+    if (npos != 1) cli_usage_error(&vectors_cmd, "give the vectors file, e.g. tests/data/gdp_vectors.h5");
     if (strcmp(a.device, "cpu") && strcmp(a.device, "cuda"))
         cli_usage_error(&vectors_cmd, "--device '%s' is not a device: use cpu or cuda", a.device);
     const bool cuda = !strcmp(a.device, "cuda");

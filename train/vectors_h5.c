@@ -1,4 +1,4 @@
-/* Reads shared/testdata/gdp_vectors.h5 through the HDF5 C API. */
+/* Reads the reference vectors (tests/data/gdp_vectors.h5) through the HDF5 C API. */
 #include "train/vectors_h5.h"
 
 #include <errno.h>
@@ -185,7 +185,7 @@ void gdp_vectors_load(const char *path, GdpVecFile *out) {
     htri_t is = H5Fis_hdf5(path);
     if (is <= 0)
         gdp_fatal("vectors file %s: not an HDF5 file (no HDF5 signature found); give the .h5 file that "
-                  "shared/testdata/make_vectors.py writes",
+                  "scripts/make_vectors.py writes",
                   path);
     hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (file < 0) {

@@ -1,5 +1,5 @@
-/* Reader of the Gated DeltaProduct reference vectors (shared/testdata/gdp_vectors.h5, layout in
- * shared/testdata/README.md): one HDF5 group per case with attributes mode, B, T, H, K, V, n,
+/* Reader of the Gated DeltaProduct reference vectors (tests/data/gdp_vectors.h5, layout in
+ * docs/spec.md "Reference vectors"): one HDF5 group per case with attributes mode, B, T, H, K, V, n,
  * scale, gate, h0 and float64 datasets of inputs, outputs and gradients. A file whose layout is
  * wrong (not HDF5, truncated, a missing attribute or dataset, a wrong shape) is a fatal error
  * naming the file, the case and what is wrong. */

@@ -1,4 +1,4 @@
-/* op_gated_rmsnorm: y = rmsnorm(o) * w * silu(z) per row of D (the gated output norm of spec §3),
+/* op_gated_rmsnorm: y = rmsnorm(o) * w * silu(z) per row of D (the gated output norm of docs/spec.md §3),
  * one fused kernel each way. Saves the per-row rstd (dtype on the CPU, f32 on CUDA). */
 #include <math.h>
 

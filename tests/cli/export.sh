@@ -4,7 +4,7 @@
 # the CPU without torch: the dump's logits give eval's loss; the export holds every checkpoint
 # tensor unchanged under fla's names, a config.json fla's GatedDeltaProductConfig reads, and clear
 # errors for what cannot be exported. Needs python3 with h5py, numpy and safetensors, else it is
-# skipped. (fla itself runs the exported model on the GPU machine: scripts/gpu_python_checks.sh.)
+# skipped. (fla itself runs the exported model on a GPU machine: STEPS=python scripts/gpu_check.sh.)
 PY=${PYTHON:-python3}
 if ! "$PY" -c 'import h5py, numpy, safetensors' 2>/dev/null; then
     echo "skipped: $PY lacks h5py, numpy or safetensors (pip install h5py numpy safetensors)"

@@ -1,9 +1,9 @@
 #!/bin/sh
-# gdp vectors on the shared reference vectors (CPU f64 and f32), and clear errors for a truncated
-# and a non-HDF5 file. Run from the repository root with BUILD set (tests/run_all.sh does).
+# gdp vectors on the reference vectors tests/data/gdp_vectors.h5 (CPU f64 and f32), and clear
+# errors for a truncated and a non-HDF5 file. Run from the repository root with BUILD set (tests/run_all.sh does).
 BUILD=${BUILD:-build}
 GDP="$BUILD/gdp"
-VEC=${GDP_VECTORS:-../shared/testdata/gdp_vectors.h5}
+VEC=${GDP_VECTORS:-tests/data/gdp_vectors.h5}
 TMP=${TMPDIR:-/tmp}/gdp_cli_vectors_$$
 mkdir -p "$TMP"
 trap 'rm -rf "$TMP"' EXIT
@@ -12,7 +12,7 @@ ok() { echo "ok: $1"; }
 bad() { echo "FAIL: $1"; fail=1; }
 
 if [ ! -f "$VEC" ]; then
-    echo "FAIL: reference vectors $VEC not found (set GDP_VECTORS or put shared/ beside the repository)"
+    echo "FAIL: reference vectors $VEC not found (set GDP_VECTORS, or rewrite the file with scripts/make_vectors.py)"
     exit 1
 fi
 
