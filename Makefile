@@ -1,12 +1,15 @@
 # gdp.c build. `make` builds build/gdp (and the CUDA kernels when nvcc is found);
 # `make test` runs every CPU test; `make test-gpu` the CUDA-vs-CPU tests (GPU machine);
 # `make test-asan` the CPU tests under AddressSanitizer + UBSan; `make test-dist` the 2-rank MPI tests.
-# Variables: BUILD=dir (default build), NO_CUDA=1 (CPU-only build), GPU_ARCH=sm_90, DEBUG=1,
+# Variables: BUILD=dir (default build), NO_CUDA=1 (CPU-only build), GPU_ARCH (below), DEBUG=1,
 # ARCH=flags (default -march=native: the CPU GEMM's micro-kernel runs 2x faster with AVX; ARCH= for a
 # binary that runs on any x86-64).
 
 BUILD    ?= build
-GPU_ARCH ?= sm_90
+# GPU_ARCH: 80, 86, 89 or 90 (one architecture's code), all (each of them and PTX for later GPUs), or
+# compute_80 (Ampere PTX only, which the driver compiles at load: the Ampere kernels on any newer card).
+# Default: the architecture of the first GPU nvidia-smi lists, else 90.
+GPU_ARCH ?= $(or $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .),90)
 CC       ?= gcc
 CUDA_HOME ?= $(or $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null)),/usr/local/cuda)
 NVCC     := $(shell command -v nvcc 2>/dev/null || (test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc))
@@ -32,17 +35,30 @@ LDLIBS   := $(HDF5_LIBS) $(MPI_LIBS) -fopenmp -lz -lm -lpthread
 
 ifneq ($(NVCC),)
 CFLAGS   += -DGDP_CUDA -I$(CUDA_HOME)/include
-GENCODE  := -gencode=arch=compute_$(GPU_ARCH:sm_%=%),code=[$(GPU_ARCH),compute_$(GPU_ARCH:sm_%=%)]
+# 90 builds sm_90a, whose wgmma the Hopper state pass uses (an sm_90 cubin beside it would leave the
+# pick to the driver); its compute_90 PTX serves later GPUs, where the planner never takes wgmma.
+gencode_of = $(if $(filter 90,$(1)),-gencode=arch=compute_90a$(comma)code=sm_90a,-gencode=arch=compute_$(1)$(comma)code=sm_$(1))
+comma := ,
+GPU_ARCH_N := $(patsubst sm_%,%,$(GPU_ARCH))
+ifeq ($(GPU_ARCH_N),all)
+GENCODE  := $(foreach a,80 86 89 90,$(call gencode_of,$(a))) -gencode=arch=compute_90,code=compute_90
+else ifeq ($(GPU_ARCH_N),compute_80)
+GENCODE  := -gencode=arch=compute_80,code=compute_80
+else ifneq ($(filter 80 86 89 90,$(GPU_ARCH_N)),)
+GENCODE  := $(call gencode_of,$(GPU_ARCH_N)) -gencode=arch=compute_$(GPU_ARCH_N),code=compute_$(GPU_ARCH_N)
+else
+$(error GPU_ARCH=$(GPU_ARCH): use 80, 86, 89, 90, all or compute_80)
+endif
 NVCCFLAGS = -std=c++17 -O3 -lineinfo -DGDP_CUDA -I. $(HDF5_CFLAGS) $(MPI_CFLAGS) $(GENCODE) \
              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC -MMD -MP $(EXTRA_NVCCFLAGS)
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++
-CU_SRC   := $(wildcard kernels/*.cu layers/*.cu core/*.cu)
+CU_SRC   := $(wildcard kernels/*.cu kernels/gdp/*.cu layers/*.cu core/*.cu)
 else
 CU_SRC   :=
 endif
 
 # Library sources: everything except the program's main and the tests.
-C_SRC    := $(wildcard core/*.c core/ops/*.c kernels/*.c layers/*.c data/*.c train/*.c)
+C_SRC    := $(wildcard core/*.c core/ops/*.c kernels/*.c kernels/gdp/*.c layers/*.c data/*.c train/*.c)
 C_SRC    := $(filter-out train/main.c,$(C_SRC))
 ifeq ($(NVCC),)
 C_SRC    := $(filter-out core/cuda_ctx.c,$(C_SRC))
@@ -55,9 +71,9 @@ GPU_TEST_SRC := $(wildcard tests/gpu/test_*.c)
 GPU_TEST_BIN := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 
 # build/libgdp.so: the Gated DeltaProduct op alone (kernels/gated_deltaproduct.h), for other programs.
-GDP_LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard kernels/gated_deltaproduct*.c kernels/gdp_*.c) core/common.c)
+GDP_LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard kernels/gated_deltaproduct*.c kernels/gdp_*.c kernels/gdp/*.c) core/common.c)
 ifneq ($(NVCC),)
-GDP_LIB_OBJ += $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard kernels/gated_deltaproduct*.cu kernels/gdp_*.cu))
+GDP_LIB_OBJ += $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard kernels/gated_deltaproduct*.cu kernels/gdp_*.cu kernels/gdp/*.cu))
 endif
 
 .PHONY: all test test-gpu test-asan test-dist test-all clean
@@ -85,12 +101,6 @@ $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-# The GDP kernels' wgmma (k_state_wg) needs sm_90a, whose cubin then is the file's only Hopper code
-# (an sm_90 cubin beside it would leave the pick to the driver); the compute_90 PTX serves other GPUs,
-# where the host never takes k_state_wg.
-ifeq ($(GPU_ARCH),sm_90)
-$(BUILD)/obj/kernels/gated_deltaproduct.cu.o: GENCODE := -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
-endif
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libgdpcore.a
 	@mkdir -p $(@D)
@@ -100,12 +110,17 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(BUILD)/libgdpcore.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libgdpcore.a $(LDLIBS)
 
+# The op's float64 reference vectors; a test run without them is a build error, not a failed test
+# (scripts/make_vectors.py writes them).
+VECTORS  := tests/data/gdp_vectors.h5
+
 # Every CPU test binary runs; the shell tests in tests/cli drive build/gdp as a user would.
-test: $(BUILD)/gdp $(TEST_BIN)
+test: $(VECTORS) $(BUILD)/gdp $(TEST_BIN)
 	@BUILD=$(BUILD) sh tests/run_all.sh $(TEST_BIN)
 
-test-gpu: $(BUILD)/gdp $(GPU_TEST_BIN)
-	@BUILD=$(BUILD) sh tests/run_gpu.sh $(GPU_TEST_BIN)
+# Without CUDA the GPU test programs cannot be built: tests/run_gpu.sh then says the tests are skipped.
+test-gpu: $(VECTORS) $(BUILD)/gdp $(if $(NVCC),$(GPU_TEST_BIN))
+	@BUILD=$(BUILD) sh tests/run_gpu.sh $(if $(NVCC),$(GPU_TEST_BIN))
 
 test-asan:
 	+$(MAKE) BUILD=build-asan NO_CUDA=1 EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \

@@ -26,7 +26,7 @@
  * 8 and 16 cost the backward occupancy (registers) and were slower. */
 #define CONV_STEPS 4
 
-/* Most channels a thread takes. Measured on the H200 (tests/gpu/test_gpu_conv, GDP_CONV_BENCH=1; B 8,
+/* Most channels a thread takes. Measured on the H200 (tests/gpu/test_gpu_conv with GDP_CONV_BENCH set; B 8,
  * T 2048, bf16, W 4, silu; ms at C 768 / 1536 / 2304). With the IEEE sigmoid these kernels were
  * compute-bound at any width (forward V 2: 0.044 / 0.074 / 0.103, V 8: 0.066 / 0.130 / 0.190;
  * backward V 1: 0.073 / 0.129 / 0.188, V 4: 0.142 / 0.199 / 0.321). With the hardware-exp sigmoid

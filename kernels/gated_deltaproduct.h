@@ -1,7 +1,7 @@
 /* Gated DeltaProduct: the public C API of the op (CPU reference and CUDA kernels).
  * Knows no tensors: plain pointers, a descriptor and a stream, so any program (PyTorch through
  * ctypes, say) can call it on its own buffers. Normative math and layouts:
- * shared/spec/gated-deltaproduct.md. Exported from build/libgdp.so.
+ * docs/spec.md. Exported from build/libgdp.so.
  *
  * Layouts (row-major, contiguous; B batch, T tokens, H heads, n = n_h or r):
  *              householder        split
@@ -77,6 +77,7 @@ typedef enum GdpStatus {
     GDP_ERR_UNSUPPORTED = 2, /* valid, but not implemented on this path (e.g. K > 256 on CUDA) */
     GDP_ERR_WORKSPACE = 3,   /* the workspace is smaller than gdp_*_workspace_bytes asked for */
     GDP_ERR_CUDA = 4,        /* a CUDA call failed */
+    GDP_ERR_INTERNAL = 5,    /* a bug in gdp (the message says where) */
 } GdpStatus;
 
 /* What is wrong with the last failing call, in words (thread-local). */

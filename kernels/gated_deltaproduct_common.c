@@ -1,5 +1,5 @@
 /* Gated DeltaProduct: descriptor validation and the thread-local error message, shared by the
- * CPU reference (gated_deltaproduct_cpu.c) and the CUDA kernels (gated_deltaproduct.cu). */
+ * CPU reference (gated_deltaproduct_cpu.c) and the CUDA kernels (kernels/gdp/). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* Gated DeltaProduct, CPU reference: the per-token recurrence of the spec
- * (shared/spec/gated-deltaproduct.md §1) in float32 and float64, and its hand-derived backward.
+ * (docs/spec.md §1) in float32 and float64, and its hand-derived backward.
  *
  * Forward, per (sequence, head), for each token: S <- e^g S, then
  *   householder: n steps S <- S + beta_j k_j (v_j - S^T k_j)^T;

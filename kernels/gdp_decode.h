@@ -1,6 +1,6 @@
 /* Gated DeltaProduct, one decode step: the op of kernels/gated_deltaproduct.h for T = 1 with the
  * state updated in place, for every (batch row, head) at once. Both modes of
- * shared/spec/gated-deltaproduct.md §1:
+ * docs/spec.md §1:
  *   S <- e^g S;  householder: for j < n, S <- S + beta_j k_j (v_j - S^T k_j)^T;
  *                split: P[b] = k^(b)T S^(b), S^(a) <- S^(a) + beta k^(a) (v - sum_b M[a,b] P[b])^T;
  *   o = scale S^T q.

@@ -2,8 +2,8 @@
  * have a multiple of 8 elements and every tensor is 16-byte aligned: a row of D elements is
  * nch = D / 8 chunks of 8, held by a group of LG lanes (a power of two), lane li owning chunks li,
  * li + LG, ..., li + (NC - 1) LG. A warp holds 32 / LG rows at once, so a row of 128 bf16 (16 chunks)
- * is 16 lanes of one 16-byte load each and a warp moves 512 bytes per load instruction; the old
- * lane-per-column loops moved 64. Each input is read once into registers, still packed (4 registers
+ * is 16 lanes of one 16-byte load each and a warp moves 512 bytes per load instruction, where
+ * lane-per-column loops move 64. Each input is read once into registers, still packed (4 registers
  * for 8 bf16), reduced across the group with xor shuffles (a fixed order, so the same bits on every
  * run), and the outputs come from those registers: one pass over memory instead of two.
  * Rows longer than 256 * NC_max elements (4 for RMSNorm: the dw sums, x and dy of 4 chunks already take

@@ -1,5 +1,5 @@
 /* The chunked algorithm that the CUDA kernels implement (tests/gpu/gdp_chunk_model.h: the chunk
- * grid of kernels/gdp_cuda_plan.h, A, T = (I+A)^-1, W, U, the state pass, the output, and the
+ * grid of kernels/gdp/layout.h, A, T = (I+A)^-1, W, U, the state pass, the output, and the
  * whole dedicated backward) against the per-token CPU reference, in float64 on the CPU, so that CI
  * (no GPU) checks the math of the GPU path: both modes, gates on/off, h0 on/off, partial chunks,
  * varlen, n that does not divide 64. */
@@ -121,8 +121,8 @@ START_TEST(chunk_grid_never_cuts_a_token) {
     for (int n = 1; n <= 64; n++) {
         GdpDesc d = {0};
         d.mode = GDP_MODE_SPLIT, d.B = 1, d.T = 1000, d.H = 1, d.K = 64 * n, d.V = 16, d.n = n, d.dtype = GDP_F64;
-        GdpPlan p;
-        gdp_plan_make(&d, &p);
+        GdpLayout p;
+        gdp_layout_make(&d, &p);
         ck_assert_int_le(p.Ct * n, GDP_CHUNK);
         ck_assert_int_ge(p.Ct, 1);
         ck_assert_int_eq(p.Ctp % 16, 0);

@@ -1,9 +1,10 @@
 /* gdp bench op: times the Gated DeltaProduct op on CUDA (forward, forward + backward, and forward +
  * backward with the saved forward) with CUDA events, the median of --iters runs after --warmup
- * runs, and prints TFLOP/s (FLOPs counted as research/fla-study.md §6: full 64x64 tiles, chunk
+ * runs, and prints TFLOP/s (FLOPs counted as docs/performance.md "Floors": full 64x64 tiles, chunk
  * C = 64, L = n*T rows) and the time over the floor max(FLOPs / 709 TFLOP/s, minimum bytes /
- * 4.2 TB/s) (baselines/h200.md, measured).
- * GDP_BENCH_PROFILE=1: after the timing, one more run with every kernel timed on its own (stderr). */
+ * 4.2 TB/s) (an H200's measured bf16 GEMM rate and copy bandwidth).
+ * --profile: after the timing, one more run with every kernel timed on its own (stderr). --plan prints
+ * which kernels run (kernels/gdp/plan.h) instead, for this GPU or, with --arch, any supported one. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "core/common.h"
 #include "kernels/gated_deltaproduct.h"
+#include "kernels/gdp/plan.h"
 #include "train/cli.h"
 #include "train/commands.h"
 
@@ -33,16 +35,19 @@ static const CliOpt bench_opts[] = {
     {"iters", 0, "N", "timed runs, median reported (default 20)"},
     {"warmup", 0, "N", "untimed runs first (default 3)"},
     {"tokens", 0, "N", "matmul: rows of the activations, B*T (default 16384)"},
+    {"profile", 0, NULL, "op: after the timing, time every kernel of one more run (stderr)"},
+    {"plan", 0, NULL, "op: print which kernels run each pass instead of timing (no GPU needed with --arch)"},
+    {"arch", 0, "SM", "op --plan: the plan for 80, 86, 89 or 90 instead of this machine's GPU"},
 };
 static const CliCommand bench_cmd = {
     "bench", "gdp bench op [--B N --T N --H N --K N --V N --n 1,2,3 --mode householder|split --dtype bf16|f32 "
-             "--iters N] | gdp bench matmul [--tokens N --iters N]",
+             "--iters N --profile] | gdp bench op --plan [--arch 80|86|89|90] | gdp bench matmul [--tokens N --iters N]",
     "op: times the Gated DeltaProduct op on the GPU: forward and forward+backward in ms (median of --iters\n"
-    "runs timed with CUDA events after --warmup runs), TFLOP/s with FLOPs counted as fla-study §6, and\n"
+    "runs timed with CUDA events after --warmup runs), TFLOP/s with FLOPs counted as docs/performance.md, and\n"
     "the ratio to the floor max(FLOPs / 709 TFLOP/s, minimum bytes / 4.2 TB/s). Gate on, no h0/ht. The last\n"
     "column, saved f+b, is forward+backward with the forward's chunk intermediates kept for the backward\n"
     "(GdpForwardArgs.saved, as training without --selective-recompute runs the op). The peer columns are\n"
-    "fla's times from baselines/h200.md, filled in at the default shape only (bf16 householder, n 1 to 3).\n"
+    "fla's times on an H200 (docs/performance.md), filled in at the default shape only (bf16 householder, n 1 to 3).\n"
     "matmul: times the base preset's linear-layer GEMMs (y, dx, dW) over --tokens rows, with f32 operands\n"
     "rounded inside cuBLAS, bf16 operands and outputs, and bf16 operands with f32 outputs.",
     bench_opts, (int)GDP_ARRAY_LEN(bench_opts)};
@@ -52,6 +57,8 @@ typedef struct BenchArgs {
     int ns[16], n_ns;
     GdpMode mode;
     DType dt;
+    bool profile, plan;
+    int arch; /* 0: this machine's GPU */
 } BenchArgs;
 
 static void on_opt(const CliOpt *o, const char *v, void *user) {
@@ -64,6 +71,13 @@ static void on_opt(const CliOpt *o, const char *v, void *user) {
     if (!strcmp(o->name, "iters")) a->iters = (int)cli_int("iters", v, 1, 100000);
     if (!strcmp(o->name, "warmup")) a->warmup = (int)cli_int("warmup", v, 0, 100000);
     if (!strcmp(o->name, "tokens")) a->tokens = (int)cli_int("tokens", v, 4096, 1 << 22);
+    if (!strcmp(o->name, "profile")) a->profile = true;
+    if (!strcmp(o->name, "plan")) a->plan = true;
+    if (!strcmp(o->name, "arch")) {
+        a->arch = (int)cli_int("arch", v, 1, 1000);
+        GdpDeviceCaps caps;
+        if (gdp_device_caps_of_arch(a->arch, &caps) != GDP_OK) cli_usage_error(&bench_cmd, "--arch %s: use 80, 86, 89 or 90", v);
+    }
     if (!strcmp(o->name, "mode")) {
         if (!strcmp(v, "householder")) a->mode = GDP_MODE_HOUSEHOLDER;
         else if (!strcmp(v, "split")) a->mode = GDP_MODE_SPLIT;
@@ -87,7 +101,7 @@ static void on_opt(const CliOpt *o, const char *v, void *user) {
 }
 
 #ifdef GDP_CUDA
-/* FLOPs of research/fla-study.md §6 (full 64-wide tiles), whole batch */
+/* FLOPs as docs/performance.md "Floors" counts them (full 64-wide tiles), whole batch */
 static double flops_fwd(double B, double T, double H, double K, double V, double n) {
     const double C = 64, L = n * T;
     return B * H * (L * (2 * C * K + 4 * C * (K + V) + 4 * K * V) + 2 * T * K * V);
@@ -97,7 +111,7 @@ static double flops_bwd(double B, double T, double H, double K, double V, double
     return B * H * L * (18 * C * K + 10 * C * V + 16 * K * V + 4 * C * C);
 }
 
-/* Peer (fla, bf16, B=8 T=2048 H=16 K=V=128 householder), baselines/h200.md */
+/* Peer (fla, bf16, B=8 T=2048 H=16 K=V=128 householder) on an H200, 2026-12-02 (docs/performance.md) */
 static const double peer_fwd[4] = {0, 1.264, 1.177, 1.405}, peer_fb[4] = {0, 3.470, 3.738, 5.353};
 
 #define BCK(call)                                                                                       \
@@ -250,8 +264,10 @@ static int bench_run(const BenchArgs *a) {
         fb.backward = true;
         const double mf = median_ms(a, st, op_once, &fwd), mb = median_ms(a, st, op_once, &fb);
         const double ms = median_ms(a, st, op_once, &fbs);
-        if (getenv("GDP_BENCH_PROFILE")) { /* one more forward + backward, each kernel timed (stderr) */
-            setenv("GDP_PROFILE", "1", 1);
+        if (a->profile) { /* one more forward + backward, each kernel timed (stderr) */
+            GdpTuning t = gdp_get_tuning();
+            t.profile = true;
+            gdp_set_tuning(&t);
             fprintf(stderr, "-- kernels, n=%d\n", n);
             check_status(gdp_forward_cuda(&d, &fa, ws, wsb, st), "gdp_forward_cuda");
             check_status(gdp_backward_cuda(&d, &ba, ws, wsb, st), "gdp_backward_cuda");
@@ -259,7 +275,8 @@ static int bench_run(const BenchArgs *a) {
             check_status(gdp_forward_cuda(&d, &fa_s, scratch, scb, st), "gdp_forward_cuda (saving)");
             check_status(gdp_backward_cuda(&d, &ba_s, scratch, scb, st), "gdp_backward_cuda (saved)");
             BCK(cudaStreamSynchronize(st));
-            unsetenv("GDP_PROFILE");
+            t.profile = false;
+            gdp_set_tuning(&t);
         }
         const double Ff = flops_fwd(a->B, a->T, a->H, a->K, a->V, n), Fb = flops_bwd(a->B, a->T, a->H, a->K, a->V, n);
         const double e = (double)es;
@@ -353,8 +370,37 @@ static int bench_matmul_run(const BenchArgs *a) {
 }
 #endif
 
+/* gdp bench op --plan: the kernel plan of each n, for both ways the backward can run */
+static int bench_plan(const BenchArgs *a) {
+    int refused = 0;
+    for (int i = 0; i < a->n_ns; i++) {
+        const GdpDesc d = {a->mode, a->B, a->T, a->H, a->K, a->V, a->ns[i], 0.0, a->dt, NULL, 0};
+        for (int saved = 1; saved >= 0; saved--) {
+            GdpDeviceCaps caps;
+            GdpKernelPlan plan;
+            GdpStatus st = a->arch ? gdp_device_caps_of_arch(a->arch, &caps) : GDP_OK;
+#ifdef GDP_CUDA
+            if (st == GDP_OK) st = a->arch ? gdp_plan_kernels(&d, &caps, NULL, saved, true, &plan) : gdp_plan_device(&d, saved, &caps, &plan);
+#else
+            if (!a->arch) {
+                fprintf(stderr, "gdp bench op --plan: this build has no CUDA; name a GPU with --arch 80|86|89|90\n");
+                return 1;
+            }
+            if (st == GDP_OK) st = gdp_plan_kernels(&d, &caps, NULL, saved, true, &plan);
+#endif
+            if (st != GDP_OK) {
+                printf("n=%d: refused: %s\n", a->ns[i], gdp_last_error());
+                refused = 1;
+                break;
+            }
+            gdp_plan_print(&plan, &d, &caps, saved, stdout);
+        }
+    }
+    return refused;
+}
+
 int cmd_bench(int argc, char **argv) {
-    BenchArgs a = {8, 2048, 16, 128, 128, 20, 3, 16384, {1, 2, 3}, 3, GDP_MODE_HOUSEHOLDER, GDP_BF16};
+    BenchArgs a = {8, 2048, 16, 128, 128, 20, 3, 16384, {1, 2, 3}, 3, GDP_MODE_HOUSEHOLDER, GDP_BF16, false, false, 0};
     char *pos[2];
     int np = cli_parse(&bench_cmd, argc, argv, on_opt, &a, pos, 2);
     if (np != 1 || (strcmp(pos[0], "op") && strcmp(pos[0], "matmul")))
@@ -364,6 +410,10 @@ int cmd_bench(int argc, char **argv) {
         for (int i = 0; i < a.n_ns; i++)
             if (a.K % a.ns[i])
                 cli_usage_error(&bench_cmd, "split mode needs K divisible by r: K=%d, r=%d", a.K, a.ns[i]);
+    if (a.plan || a.arch) {
+        if (strcmp(pos[0], "op") || !a.plan) cli_usage_error(&bench_cmd, "--plan and --arch go with 'gdp bench op --plan'");
+        return bench_plan(&a);
+    }
 #ifdef GDP_CUDA
     return strcmp(pos[0], "matmul") ? bench_run(&a) : bench_matmul_run(&a);
 #else

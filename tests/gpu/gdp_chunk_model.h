@@ -1,4 +1,4 @@
-/* A float64 model of the CUDA path's chunked algorithm (kernels/gdp_cuda_plan.h): the same
+/* A float64 model of the CUDA path's chunked algorithm (kernels/gdp/layout.h): the same
  * chunk grid, the same intermediates in the same workspace layout, computed with plain loops.
  * The GPU test compares the device workspace against it, kernel by kernel, so a wrong result
  * points at the stage that made it; it is also checked against the per-token CPU reference.
@@ -9,13 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/gdp_cuda_plan.h"
+#include "kernels/gdp/layout.h"
 
 /* what not every includer calls */
 #define GDPM_OPTIONAL __attribute__((unused))
 
 typedef struct GdpModel {
-    GdpPlan p;
+    GdpLayout p;
     int nchunks;
     GdpSeqInfo *seq;    /* N+1 */
     GdpChunkInfo *chunk; /* nchunks */
@@ -24,7 +24,7 @@ typedef struct GdpModel {
 } GdpModel;
 
 static void gdpm_tables(const GdpDesc *d, const int32_t *cu_host, GdpModel *m) {
-    GdpPlan *p = &m->p;
+    GdpLayout *p = &m->p;
     m->seq = (GdpSeqInfo *)calloc((size_t)p->N + 1, sizeof(GdpSeqInfo));
     int c0 = 0;
     for (int s = 0; s < p->N; s++) {
@@ -115,9 +115,9 @@ static void gdpm_load_chunk(const GdpDesc *d, const GdpModelIn *in, const GdpChu
 
 static void gdpm_init(const GdpDesc *d, const int32_t *cu_host, GdpModel *m, int backward) {
     memset(m, 0, sizeof *m);
-    gdp_plan_make(d, &m->p);
+    gdp_layout_make(d, &m->p);
     gdpm_tables(d, cu_host, m);
-    GdpPlan *p = &m->p;
+    GdpLayout *p = &m->p;
     size_t CH = (size_t)p->CH;
     m->G = (double *)calloc(CH * p->sG, sizeof(double));
     m->W = (double *)calloc(CH * p->sW, sizeof(double));
@@ -156,7 +156,7 @@ static void gdpm_state_of(double *S, const double *src, int s, int h, const GdpD
  * 1, or the last chunk's gate where the lookahead makes U'), S = g S + Kwd^T Delta in place, and the
  * lookahead's M[i][j] = <row i of W of chunk ci + 1, row j of Kwd of chunk ci> */
 static void gdpm_delta(const GdpDesc *d, const GdpModel *m, int ci, int h, const double *S, double f, double *out) {
-    const GdpPlan *p = &m->p;
+    const GdpLayout *p = &m->p;
     const int K = d->K, V = d->V, KP = p->KP, VP = p->VP;
     const int64_t ch = (int64_t)ci * d->H + h;
     for (int i = 0; i < d->n * m->chunk[ci].ct; i++)
@@ -167,7 +167,7 @@ static void gdpm_delta(const GdpDesc *d, const GdpModel *m, int ci, int h, const
         }
 }
 static void gdpm_state_step(const GdpDesc *d, const GdpModel *m, int ci, int h, double *S, const double *Dl) {
-    const GdpPlan *p = &m->p;
+    const GdpLayout *p = &m->p;
     const int K = d->K, V = d->V, KP = p->KP;
     const int64_t ch = (int64_t)ci * d->H + h;
     const double gL = exp(m->G[ch * p->sG + m->chunk[ci].ct - 1]);
@@ -179,7 +179,7 @@ static void gdpm_state_step(const GdpDesc *d, const GdpModel *m, int ci, int h, 
         }
 }
 static double gdpm_m_entry(const GdpDesc *d, const GdpModel *m, int ci, int h, int i, int j) {
-    const GdpPlan *p = &m->p;
+    const GdpLayout *p = &m->p;
     const int64_t ch = (int64_t)ci * d->H + h;
     const double *w = m->W + (ch + d->H) * p->sW + (int64_t)i * p->KP, *kw = m->Kwd + ch * p->sW + (int64_t)j * p->KP;
     double a = 0;
@@ -194,7 +194,7 @@ static void gdpm_put_rows(double *dst, int64_t ch, int64_t per, int rows, const 
 
 /* Forward: fills G, W, Kwd, U, P, h, D; writes o [B,T,H,V] and ht (if non-NULL). */
 static void gdpm_forward(const GdpDesc *d, const GdpModelIn *in, GdpModel *m, double *o, double *ht) {
-    GdpPlan *p = &m->p;
+    GdpLayout *p = &m->p;
     const int K = d->K, V = d->V, H = d->H, n = d->n, KP = p->KP, VP = p->VP;
     const double scale = d->scale != 0 ? d->scale : 1.0 / sqrt((double)K);
     GdpmChunk *c = (GdpmChunk *)malloc(sizeof(GdpmChunk));
@@ -270,7 +270,7 @@ static void gdpm_forward(const GdpDesc *d, const GdpModelIn *in, GdpModel *m, do
     free(c);
 }
 
-/* The state pass with one chunk of lookahead (bench/NOTES.md, session 30), from the intermediates
+/* The state pass with one chunk of lookahead (docs/performance.md, "Decisions"), from the intermediates
  * gdpm_forward left in m (W, Kwd, U, G): Delta_{c+1} = U'_{c+1} - M_c Delta_c with U'_{c+1} =
  * U_{c+1} - g_c W_{c+1} h_c and M_c = W_{c+1} Kwd_c^T, so that a step's Delta needs the last Delta and
  * not the state just made; h_{c+1} = g_c h_c + Kwd_c^T Delta_c as before. Writes h and Delta in the
@@ -278,7 +278,7 @@ static void gdpm_forward(const GdpDesc *d, const GdpModelIn *in, GdpModel *m, do
  * gdpm_forward's h, D and ht up to rounding. */
 GDPM_OPTIONAL static void gdpm_state_lookahead(const GdpDesc *d, const double *h0, const GdpModel *m, double *h2, double *D2,
                                                double *ht2) {
-    const GdpPlan *p = &m->p;
+    const GdpLayout *p = &m->p;
     const int K = d->K, V = d->V, H = d->H, n = d->n, VP = p->VP;
     double *S = (double *)malloc(sizeof(double) * K * V);
     double *Dc = (double *)malloc(sizeof(double) * 64 * V), *Dn = (double *)malloc(sizeof(double) * 64 * V);
@@ -314,7 +314,7 @@ GDPM_OPTIONAL static void gdpm_state_lookahead(const GdpDesc *d, const double *h
 /* The dh pass's pieces for chunk-head (ci, h): dDelta = P^T dO + Kwd dS (rows < lc, into out[64][V]),
  * and dS_out = g dS + (scale e^G q)^T dO - W^T dDelta (that term left out where dD is NULL) */
 static void gdpm_ddelta(const GdpDesc *d, const GdpModelIn *in, const GdpModel *m, int ci, int h, const double *dS, double *out) {
-    const GdpPlan *p = &m->p;
+    const GdpLayout *p = &m->p;
     const int K = d->K, V = d->V, H = d->H, KP = p->KP;
     const GdpChunkInfo *ck = &m->chunk[ci];
     const int64_t ch = (int64_t)ci * H + h;
@@ -329,7 +329,7 @@ static void gdpm_ddelta(const GdpDesc *d, const GdpModelIn *in, const GdpModel *
 }
 static void gdpm_ds_step(const GdpDesc *d, const GdpModelIn *in, const GdpModel *m, int ci, int h, const double *dS,
                          const double *dD, double *dS_out) {
-    const GdpPlan *p = &m->p;
+    const GdpLayout *p = &m->p;
     const int K = d->K, V = d->V, H = d->H, KP = p->KP;
     const double scale = d->scale != 0 ? d->scale : 1.0 / sqrt((double)K);
     const GdpChunkInfo *ck = &m->chunk[ci];
@@ -354,7 +354,7 @@ static void gdpm_ds_step(const GdpDesc *d, const GdpModelIn *in, const GdpModel 
  * writes dh and dDelta in the workspace layout (dh2, dD2) and the gradient of h0 (dh02). */
 GDPM_OPTIONAL static void gdpm_dh_lookahead(const GdpDesc *d, const GdpModelIn *in, const GdpModel *m, double *dh2,
                                             double *dD2, double *dh02) {
-    const GdpPlan *p = &m->p;
+    const GdpLayout *p = &m->p;
     const int K = d->K, V = d->V, H = d->H, n = d->n, VP = p->VP;
     double *dS = (double *)malloc(sizeof(double) * K * V), *dSn = (double *)malloc(sizeof(double) * K * V);
     double *Dc = (double *)malloc(sizeof(double) * 64 * V), *Dn = (double *)malloc(sizeof(double) * 64 * V);
@@ -394,7 +394,7 @@ GDPM_OPTIONAL static void gdpm_dh_lookahead(const GdpDesc *d, const GdpModelIn *
  * the gradients (dq, dk, dv, dbeta always; dg, dmask, dh0 if non-NULL). */
 GDPM_OPTIONAL static void gdpm_backward(const GdpDesc *d, const GdpModelIn *in, GdpModel *m, double *dq, double *dk,
                                         double *dv, double *dbeta, double *dg, double *dmask, double *dh0) {
-    GdpPlan *p = &m->p;
+    GdpLayout *p = &m->p;
     const int K = d->K, V = d->V, H = d->H, n = d->n, KP = p->KP, VP = p->VP;
     const double scale = d->scale != 0 ? d->scale : 1.0 / sqrt((double)K);
     /* dh pass (reverse) */

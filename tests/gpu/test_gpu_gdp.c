@@ -6,7 +6,7 @@
  *   - determinism (two backward runs bit-identical) and the error paths.
  * Outputs and workspace are filled with NaN before every run, so an element nobody wrote fails.
  * `test_gpu_gdp --sanitize [I,J,...]` runs only small cases (those listed), for compute-sanitizer.
- * Vector file: $GDP_VECTORS, else .carry/testdata/gdp_vectors.h5, else ../shared/testdata/gdp_vectors.h5. */
+ * Vector file: $GDP_VECTORS, else tests/data/gdp_vectors.h5 (run from the repository root). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +18,7 @@
 #include "core/common.h"
 #include "kernels/gated_deltaproduct.h"
 #include "kernels/gated_deltaproduct_common.h"
+#include "kernels/gdp/plan.h"
 #include "tests/gpu/gdp_chunk_model.h"
 #include "core/cuda_check.h"
 #include "core/gradcheck.h" /* rel_l2 */
@@ -177,8 +178,7 @@ static int compare(const char *label, const GdpDesc *d, const HostIO *got, const
 static const char *vectors_path(void) {
     const char *e = getenv("GDP_VECTORS");
     if (e && *e) return e;
-    if (access(".carry/testdata/gdp_vectors.h5", R_OK) == 0) return ".carry/testdata/gdp_vectors.h5";
-    return "../shared/testdata/gdp_vectors.h5";
+    return "tests/data/gdp_vectors.h5";
 }
 
 static void vectors_case(int *failures, DType dt, double bound) {
@@ -285,10 +285,42 @@ static void rand_free(RandData *r) {
     free(r->dht);
 }
 
-/* name=value in the environment, or name unset where value is NULL */
-static void env_set_or_unset(const char *name, const char *value) {
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
+/* Sets one field of the op's kernel tuning (kernels/gdp/plan.h) from text, as the tables below give
+ * them; value NULL restores the field's default. */
+static void tune(const char *field, const char *value) {
+    GdpTuning t = gdp_get_tuning();
+    const GdpTuning def = gdp_tuning_default();
+    const int v = value ? atoi(value) : 0;
+    if (!strcmp(field, "bv_state"))
+        t.bv_state = value ? v : def.bv_state;
+    else if (!strcmp(field, "bv_dh"))
+        t.bv_dh = value ? v : def.bv_dh;
+    else if (!strcmp(field, "seq_tma"))
+        t.seq_tma = value ? v : def.seq_tma;
+    else if (!strcmp(field, "state_wgmma"))
+        t.state_wgmma = value ? v != 0 : def.state_wgmma;
+    else if (!strcmp(field, "bwd_a_whole_k")) /* kres: on, tile: off */
+        t.bwd_a_whole_k = !value ? def.bwd_a_whole_k : !strcmp(value, "kres") ? 1 : 0;
+    else if (!strcmp(field, "bwd_fuse"))
+        t.bwd_fuse = value ? v != 0 : def.bwd_fuse;
+    else if (!strcmp(field, "bwd_b_split_lanes")) /* tiles: off */
+        t.bwd_b_split_lanes = value ? strcmp(value, "tiles") != 0 : def.bwd_b_split_lanes;
+    else if (!strcmp(field, "grid_y_max"))
+        t.grid_y_max = value ? v : def.grid_y_max;
+    else if (!strcmp(field, "profile"))
+        t.profile = value ? v != 0 : def.profile;
+    else if (!strcmp(field, "generic")) { /* prep, seq, output, bwd or all */
+        t.generic = 0;
+        if (value && strstr(value, "prep")) t.generic |= GDP_GENERIC_PREP;
+        if (value && strstr(value, "seq")) t.generic |= GDP_GENERIC_SEQ;
+        if (value && strstr(value, "output")) t.generic |= GDP_GENERIC_OUTPUT;
+        if (value && strstr(value, "bwd")) t.generic |= GDP_GENERIC_BWD;
+        if (value && strstr(value, "all")) t.generic = GDP_GENERIC_ALL;
+    } else {
+        fprintf(stderr, "tune: no tuning field %s\n", field);
+        abort();
+    }
+    gdp_set_tuning(&t);
 }
 
 static HostIO hio(const RandData *r, const int32_t *cu) {
@@ -462,7 +494,7 @@ static void stage_case(int *failures, const RandCase *rc, uint64_t seed) {
     mo.dmask = s.mask ? (double *)xcalloc((size_t)s.mask, 8) : NULL;
     gdpm_forward(&d, &in, &m, mo.o, mo.ht);
     gdpm_backward(&d, &in, &m, mo.dq, mo.dk, mo.dv, mo.dbeta, mo.dg, mo.dmask, mo.dh0);
-    const GdpPlan *p = &m.p;
+    const GdpLayout *p = &m.p;
     /* tables */
     const GdpChunkInfo *gc = (const GdpChunkInfo *)((const char *)ws + p->o_chunk);
     int table_bad = 0;
@@ -555,7 +587,7 @@ GPU_TEST(backward_is_deterministic) {
 
 /* Every random shape in both dtypes: a backward that reuses a saved forward gives the gradients
  * of one that recomputes, bit for bit (the same kernels on the same inputs), and o and ht are the
- * same too. Only under GDP_FUSED_OUTPUT=1, which a saving forward ignores, o may round otherwise. */
+ * same too. */
 static void saved_vs_plain(int *failures, const RandCase *cases, size_t ncases, uint64_t seed0) {
     for (size_t i = 0; i < ncases; i++) {
         RandData r;
@@ -575,7 +607,7 @@ static void saved_vs_plain(int *failures, const RandCase *cases, size_t ncases, 
             double num = 0, den = 0;
             for (int64_t e = 0; e < s.o; e++) num += (a.o[e] - b.o[e]) * (a.o[e] - b.o[e]), den += a.o[e] * a.o[e];
             const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-            const double bound = getenv("GDP_FUSED_OUTPUT") ? (di ? 1e-2 : 1e-6) : 0.0;
+            const double bound = 0.0;
             GPU_EXPECT(rel <= bound, "case %zu %s: o of the saving forward is %.2e from the plain one (bound %.0e)", i,
                        dtype_name(d.dtype), rel, bound);
             hostio_free(&a);
@@ -584,16 +616,16 @@ static void saved_vs_plain(int *failures, const RandCase *cases, size_t ncases, 
         rand_free(&r);
     }
 }
-/* The cases under each value of the environment switch `name`: against the CPU f64 path, and
- * saving against plain forwards; the switch is unset after. */
-static void cases_per_env(int *failures, const RandCase *cs, size_t ncases, uint64_t seed0, const char *name,
+/* The cases under each value of the tuning field `name`: against the CPU f64 path, and saving
+ * against plain forwards; the field has its default after. */
+static void cases_per_tuning(int *failures, const RandCase *cs, size_t ncases, uint64_t seed0, const char *name,
                           const char *const *values, int nvalues) {
     for (int v = 0; v < nvalues; v++) {
-        setenv(name, values[v], 1);
+        tune(name, values[v]);
         for (size_t i = 0; i < ncases; i++) random_case(failures, &cs[i], seed0 + i);
         saved_vs_plain(failures, cs, ncases, seed0);
     }
-    unsetenv(name);
+    tune(name, NULL);
 }
 
 GPU_TEST(saved_forward_matches_recompute) { saved_vs_plain(failures, rand_cases, GDP_ARRAY_LEN(rand_cases), 1000); }
@@ -620,49 +652,49 @@ static const RandCase state_cases[] = {
 };
 static const char *const state_bvs[2] = {"128", "64"};
 GPU_TEST(state_pass_output) {
-    cases_per_env(failures, state_cases, GDP_ARRAY_LEN(state_cases), 3000, "GDP_BV_STATE", state_bvs, 2);
+    cases_per_tuning(failures, state_cases, GDP_ARRAY_LEN(state_cases), 3000, "bv_state", state_bvs, 2);
 }
 
-/* The state and dh passes with tensor copies (GDP_STATE_TMA=1, k_state_tma and k_dh_tma: K 128, V
+/* The state and dh passes with tensor copies (seq_tma 1, k_state_tma and k_dh_tma: K 128, V
  * tiles 128 and 64, the state pass with and without the output, 16 to 64 chunk tokens incl. 21 of
  * 32 at n 3, varlen) on the same shapes; those they do not take (K or V 100) keep the other kernels. */
 GPU_TEST(state_pass_tma) {
-    setenv("GDP_STATE_TMA", "1", 1);
-    setenv("GDP_STATE_WG", "0", 1); /* at V tile 128 k_state_wg comes first */
-    cases_per_env(failures, state_cases, GDP_ARRAY_LEN(state_cases), 6000, "GDP_BV_STATE", state_bvs, 2);
-    unsetenv("GDP_STATE_TMA");
-    unsetenv("GDP_STATE_WG");
+    tune("seq_tma", "1");
+    tune("state_wgmma", "0"); /* at V tile 128 k_state_wg comes first */
+    cases_per_tuning(failures, state_cases, GDP_ARRAY_LEN(state_cases), 6000, "bv_state", state_bvs, 2);
+    tune("seq_tma", NULL);
+    tune("state_wgmma", NULL);
 }
 
 /* At K 128 and V tile 128 every state pass is k_state_wg (state_pass_output runs it); here the same
  * shapes with it off, so that k_state_fast's merged step at V tile 128 stays covered */
 GPU_TEST(state_pass_fast_128) {
     static const char *const bv128[1] = {"128"};
-    setenv("GDP_STATE_WG", "0", 1);
-    cases_per_env(failures, state_cases, GDP_ARRAY_LEN(state_cases), 6500, "GDP_BV_STATE", bv128, 1);
-    unsetenv("GDP_STATE_WG");
+    tune("state_wgmma", "0");
+    cases_per_tuning(failures, state_cases, GDP_ARRAY_LEN(state_cases), 6500, "bv_state", bv128, 1);
+    tune("state_wgmma", NULL);
 }
 
 /* The output kernel, where the state pass does not make o: the fast one (k_output_fast) under V tile
- * 32 forced (K 64 and 128, V 64 to 256, both modes, varlen), the generic one under GDP_GENERIC=output;
+ * 32 forced (K 64 and 128, V 64 to 256, both modes, varlen), the generic one under generic = output;
  * K 256 takes the fast one by default (rand_cases). Against the CPU f64 path, and saving against
  * plain forwards. */
 GPU_TEST(output_pass) {
     static const char *const bv32[1] = {"32"}, *const generic[1] = {"output"};
-    cases_per_env(failures, state_cases, GDP_ARRAY_LEN(state_cases), 7000, "GDP_BV_STATE", bv32, 1);
-    cases_per_env(failures, state_cases, GDP_ARRAY_LEN(state_cases), 8000, "GDP_GENERIC", generic, 1);
+    cases_per_tuning(failures, state_cases, GDP_ARRAY_LEN(state_cases), 7000, "bv_state", bv32, 1);
+    cases_per_tuning(failures, state_cases, GDP_ARRAY_LEN(state_cases), 8000, "generic", generic, 1);
 }
 
-/* Per-chunk kernels launch at most 65535 chunks at a time (a grid's y); GDP_CHUNK_GRID_Y=3 makes
+/* Per-chunk kernels launch at most 65535 chunks at a time (a grid's y); grid_y_max 3 makes
  * every launch of them several, so that each piece's chunk offset (Params.ci0) is checked on every
  * kernel and shape of rand_cases, against the CPU f64 path and saving against plain forwards. */
 GPU_TEST(chunk_grid_pieces) {
     static const char *const three[1] = {"3"};
-    cases_per_env(failures, rand_cases, GDP_ARRAY_LEN(rand_cases), 9000, "GDP_CHUNK_GRID_Y", three, 1);
+    cases_per_tuning(failures, rand_cases, GDP_ARRAY_LEN(rand_cases), 9000, "grid_y_max", three, 1);
 }
 
 /* Split mode's bwd_b sums a token's rows (dv, dk, dM) across lanes at n 2 and 4 (k_bwd_b_fast's lanes
- * kinds); GDP_BWD_B_SPLIT=tiles forces the fp32 tiles in shared memory that every other n takes. Both
+ * kinds); bwd_b_split_lanes off forces the fp32 tiles in shared memory that every other n takes. Both
  * on split shapes of the fast backward (K and V whole 64-column tiles; n 1 to 4 and 8, K 64 to 256,
  * varlen), against the CPU f64 path and saving against plain forwards. The shapes take the keys as
  * loaded (prep: n 1, 2, 4 at K 64 to 256; bwd_b: K / n a multiple of 64) and as built tiles (n 3
@@ -681,7 +713,7 @@ GPU_TEST(split_bwd_b_kinds) {
         {GDP_MODE_SPLIT, 1, 110, 1, 256, 64, 8, 1, 0, 2},
     };
     static const char *const kinds[2] = {"lanes", "tiles"};
-    cases_per_env(failures, cs, GDP_ARRAY_LEN(cs), 9700, "GDP_BWD_B_SPLIT", kinds, 2);
+    cases_per_tuning(failures, cs, GDP_ARRAY_LEN(cs), 9700, "bwd_b_split_lanes", kinds, 2);
 }
 
 /* The fast dh pass at K 256 (q single-buffered): V tile 64 (up to 32 chunk tokens) and 32 (up to 64)
@@ -697,11 +729,11 @@ GPU_TEST(dh_pass_k256) {
         {GDP_MODE_SPLIT, 1, 90, 1, 256, 128, 2, 1, 0, 2},
     };
     static const char *const bvs[2] = {"64", "32"};
-    cases_per_env(failures, cs, GDP_ARRAY_LEN(cs), 9000, "GDP_BV_DH", bvs, 2);
+    cases_per_tuning(failures, cs, GDP_ARRAY_LEN(cs), 9000, "bv_dh", bvs, 2);
 }
 
 /* bwd_a at K 128 runs one CTA over both K tiles (k_bwd_a_kres, picked at 16 and 32 chunk tokens)
- * or one a K tile (k_bwd_a_fast); GDP_BWD_A forces each on shapes of every chunk width (n 1 to 4),
+ * or one a K tile (k_bwd_a_fast); bwd_a_whole_k forces each on shapes of every chunk width (n 1 to 4),
  * V 64 and 128, both modes, varlen: against the CPU f64 path, and saving against plain forwards.
  * V 256 must fall back to the tiled kernel. */
 GPU_TEST(bwd_a_whole_k) {
@@ -716,13 +748,13 @@ GPU_TEST(bwd_a_whole_k) {
         {GDP_MODE_HOUSEHOLDER, 1, 130, 1, 128, 256, 2, 1, 1, 0},
     };
     static const char *const kinds[2] = {"kres", "tile"};
-    cases_per_env(failures, cs, GDP_ARRAY_LEN(cs), 5000, "GDP_BWD_A", kinds, 2);
+    cases_per_tuning(failures, cs, GDP_ARRAY_LEN(cs), 5000, "bwd_a_whole_k", kinds, 2);
 }
 
 /* bwd_a and bwd_b of a chunk in one CTA (k_bwd_ab, taken wherever k_bwd_a_kres and k_bwd_b_fast both
  * are, so every other test here runs it): each run's launches show k_bwd_ab ran (or not, apart); the
  * same gradients bit for bit as the two kernels apart
- * (GDP_BWD_FUSE=0), with and without the L2 discard of dW and dK_w (GDP_BWD_DISCARD=0), saving and
+ * (bwd_fuse off), saving and
  * plain forwards; then the two kernels apart against the CPU f64 path. Shapes: 16 and 32 chunk
  * tokens (n 2 to 4), V 64 and 128, every bwd_b kind (split n 2 and 4 by lanes, n 2 by tiles), varlen. */
 static const RandCase fused_bwd_cases[] = {
@@ -733,7 +765,7 @@ static const RandCase fused_bwd_cases[] = {
     {GDP_MODE_SPLIT, 1, 200, 2, 128, 128, 2, 1, 1, 2},
     {GDP_MODE_SPLIT, 2, 70, 1, 128, 64, 4, 1, 0, 0},
 };
-/* run_gpu_ex with GDP_PROFILE=1 and stderr captured: *launched tells whether a kernel named `kernel`
+/* run_gpu_ex with the tuning's profile on and stderr captured: *launched tells whether a kernel named `kernel`
  * (the profile line's name column) ran, so that a test knows which path it compared; *smem (if not
  * NULL) the dynamic shared memory of its last launch */
 static int run_gpu_launches_smem(const GdpDesc *d, HostIO *io, int saved, const char *kernel, int *launched, size_t *smem) {
@@ -747,9 +779,9 @@ static int run_gpu_launches_smem(const GdpDesc *d, HostIO *io, int saved, const 
         if (err_fd >= 0) close(err_fd);
         return 1;
     }
-    setenv("GDP_PROFILE", "1", 1);
+    tune("profile", "1");
     const int rc = run_gpu_ex(d, io, NULL, 1, saved);
-    unsetenv("GDP_PROFILE");
+    tune("profile", NULL);
     fflush(stderr);
     dup2(err_fd, 2);
     close(err_fd);
@@ -769,8 +801,8 @@ static int run_gpu_launches(const GdpDesc *d, HostIO *io, int saved, const char 
     return run_gpu_launches_smem(d, io, saved, kernel, launched, NULL);
 }
 static void fused_vs_apart(int *failures, const char *split_kind) {
-    static const char *const runs[3][2] = {{"0", "1"}, {"1", "1"}, {"1", "0"}}; /* GDP_BWD_FUSE, GDP_BWD_DISCARD */
-    if (split_kind) setenv("GDP_BWD_B_SPLIT", split_kind, 1);
+    static const char *const runs[2] = {"0", "1"}; /* bwd_fuse */
+    if (split_kind) tune("bwd_b_split_lanes", split_kind);
     for (size_t i = 0; i < GDP_ARRAY_LEN(fused_bwd_cases); i++) {
         RandData r;
         rand_make(&fused_bwd_cases[i], 9900 + i, &r);
@@ -778,85 +810,44 @@ static void fused_vs_apart(int *failures, const char *split_kind) {
         d.dtype = GDP_BF16;
         GdpSizes s = gdp_sizes(&d);
         for (int saved = 0; saved < 2; saved++) {
-            HostIO io[3];
-            int ok = 1;
-            for (int k = 0; k < 3; k++) {
-                setenv("GDP_BWD_FUSE", runs[k][0], 1);
-                setenv("GDP_BWD_DISCARD", runs[k][1], 1);
-                io[k] = hio(&r, d.cu_seqlens);
-                int fused = 0;
-                if (run_gpu_launches(&d, &io[k], saved, "k_bwd_ab", &fused)) ok = 0;
-                GPU_EXPECT(fused == (k > 0), "case %zu: k_bwd_ab %s with GDP_BWD_FUSE=%s", i, fused ? "ran" : "did not run", runs[k][0]);
-            }
-            if (!ok) (*failures)++;
-            for (int k = 1; k < 3 && ok; k++) {
-                char what[160];
-                snprintf(what, sizeof what, "case %zu (%s, split %s, %s forward), k_bwd_ab (discard %s) against the kernels apart", i,
-                         d.mode == GDP_MODE_SPLIT ? "split" : "householder", split_kind ? split_kind : "default",
-                         saved ? "saving" : "plain", runs[k][1]);
-                expect_same_bits(failures, &io[0], &io[k], &s, 0, what);
-            }
-            for (int k = 0; k < 3; k++) hostio_free(&io[k]);
-        }
-        rand_free(&r);
-    }
-    unsetenv("GDP_BWD_FUSE");
-    unsetenv("GDP_BWD_DISCARD");
-    unsetenv("GDP_BWD_B_SPLIT");
-}
-/* k_bwd_a_fast's grid orders: (K tiles, H, chunks), the default, and (H, chunks, K tiles) under
- * GDP_BWD_A_GRID=kz give the same bits (each CTA makes the same products); K tiles 1 to 4, both modes,
- * varlen, and launches cut into pieces of 3 chunks (GDP_CHUNK_GRID_Y: the piece's offset moves to z). */
-GPU_TEST(bwd_a_grid_orders) {
-    static const RandCase cs[] = {
-        /* mode, B, T, H, K, V, n, gate, h0, nseq */
-        {GDP_MODE_HOUSEHOLDER, 2, 300, 2, 128, 128, 1, 1, 1, 0},
-        {GDP_MODE_HOUSEHOLDER, 1, 300, 2, 256, 128, 2, 1, 1, 3},
-        {GDP_MODE_SPLIT, 1, 200, 2, 64, 128, 2, 1, 1, 2},
-        {GDP_MODE_HOUSEHOLDER, 1, 130, 1, 192, 64, 1, 1, 0, 0},
-    };
-    for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) {
-        RandData r;
-        rand_make(&cs[i], 9980 + i, &r);
-        GdpDesc d = r.d;
-        d.dtype = GDP_BF16;
-        GdpSizes s = gdp_sizes(&d);
-        for (int pieces = 0; pieces < 2; pieces++) {
-            if (pieces) setenv("GDP_CHUNK_GRID_Y", "3", 1);
             HostIO io[2];
             int ok = 1;
             for (int k = 0; k < 2; k++) {
-                if (k) setenv("GDP_BWD_A_GRID", "kz", 1);
+                tune("bwd_fuse", runs[k]);
                 io[k] = hio(&r, d.cu_seqlens);
-                int launched = 0;
-                if (run_gpu_launches(&d, &io[k], 1, "k_bwd_a_fast", &launched)) ok = 0;
-                GPU_EXPECT(launched, "case %zu: k_bwd_a_fast did not run (grid %s)", i, k ? "kz" : "default");
-                unsetenv("GDP_BWD_A_GRID");
+                int fused = 0;
+                if (run_gpu_launches(&d, &io[k], saved, "k_bwd_ab", &fused)) ok = 0;
+                GPU_EXPECT(fused == (k > 0), "case %zu: k_bwd_ab %s with bwd_fuse %s", i, fused ? "ran" : "did not run", runs[k]);
             }
-            unsetenv("GDP_CHUNK_GRID_Y");
             if (!ok) (*failures)++;
-            char what[96];
-            snprintf(what, sizeof what, "case %zu%s, k_bwd_a_fast's two grid orders", i, pieces ? " (pieces of 3 chunks)" : "");
-            if (ok) expect_same_bits(failures, &io[0], &io[1], &s, 0, what);
+            for (int k = 1; k < 2 && ok; k++) {
+                char what[160];
+                snprintf(what, sizeof what, "case %zu (%s, split %s, %s forward), k_bwd_ab against the kernels apart", i,
+                         d.mode == GDP_MODE_SPLIT ? "split" : "householder", split_kind ? split_kind : "default",
+                         saved ? "saving" : "plain");
+                expect_same_bits(failures, &io[0], &io[k], &s, 0, what);
+            }
             for (int k = 0; k < 2; k++) hostio_free(&io[k]);
         }
         rand_free(&r);
     }
+    tune("bwd_fuse", NULL);
+    tune("bwd_b_split_lanes", NULL);
 }
-
-/* The state and dh passes' grid orders: (V tiles, H, sequences), the default, and (N H, V tiles) under
- * GDP_SEQ_GRID=hv give the same bits (each CTA makes the same products), o and ht included, saving
+/* The state and dh passes' grid orders: (V tiles, H, sequences), the default, and (N H, V tiles), which
+ * more sequences than grid_y_max take (tuned down to 1 here, which also cuts every chunk grid into
+ * launches of one chunk), give the same bits (each CTA makes the same products), o and ht included, saving
  * and plain forwards. Shapes with several V tiles a head: K 256 (k_state_fast, k_dh_fast), V tiles
  * of 32 and 64 forced at K 128 (the tensor-copy passes too), varlen, split mode, and f32 (the generic
  * passes, V 96 in tiles that need not divide it). */
 GPU_TEST(seq_grid_orders) {
     static const struct { RandCase rc; DType dt; const char *bv, *state_tma; } cs[] = {
         /* mode, B, T, H, K, V, n, gate, h0, nseq */
-        {{GDP_MODE_HOUSEHOLDER, 1, 300, 2, 256, 128, 2, 1, 1, 0}, GDP_BF16, NULL, NULL},
+        {{GDP_MODE_HOUSEHOLDER, 2, 300, 2, 256, 128, 2, 1, 1, 0}, GDP_BF16, NULL, NULL},
         {{GDP_MODE_HOUSEHOLDER, 2, 200, 2, 128, 128, 1, 1, 1, 2}, GDP_BF16, "32", NULL},
         {{GDP_MODE_SPLIT, 1, 200, 2, 128, 128, 2, 1, 1, 3}, GDP_BF16, "64", "1"},
         {{GDP_MODE_HOUSEHOLDER, 1, 300, 3, 256, 256, 1, 1, 0, 2}, GDP_BF16, "32", NULL},
-        {{GDP_MODE_HOUSEHOLDER, 1, 130, 2, 64, 96, 3, 1, 1, 0}, GDP_F32, "32", NULL},
+        {{GDP_MODE_HOUSEHOLDER, 2, 130, 2, 64, 96, 3, 1, 1, 0}, GDP_F32, "32", NULL},
     };
     for (size_t i = 0; i < GDP_ARRAY_LEN(cs); i++) {
         RandData r;
@@ -864,17 +855,17 @@ GPU_TEST(seq_grid_orders) {
         GdpDesc d = r.d;
         d.dtype = cs[i].dt;
         GdpSizes s = gdp_sizes(&d);
-        env_set_or_unset("GDP_BV_STATE", cs[i].bv);
-        env_set_or_unset("GDP_BV_DH", cs[i].bv);
-        env_set_or_unset("GDP_STATE_TMA", cs[i].state_tma);
+        tune("bv_state", cs[i].bv);
+        tune("bv_dh", cs[i].bv);
+        tune("seq_tma", cs[i].state_tma);
         for (int saved = 0; saved < 2; saved++) {
             HostIO io[2];
             int ok = 1;
             for (int k = 0; k < 2; k++) {
-                if (k) setenv("GDP_SEQ_GRID", "hv", 1);
+                if (k) tune("grid_y_max", "1");
                 io[k] = hio(&r, d.cu_seqlens);
                 if (run_gpu_ex(&d, &io[k], NULL, 1, saved)) ok = 0;
-                unsetenv("GDP_SEQ_GRID");
+                tune("grid_y_max", NULL);
             }
             if (!ok) (*failures)++;
             char what[96];
@@ -887,9 +878,9 @@ GPU_TEST(seq_grid_orders) {
         }
         rand_free(&r);
     }
-    unsetenv("GDP_BV_STATE");
-    unsetenv("GDP_BV_DH");
-    unsetenv("GDP_STATE_TMA");
+    tune("bv_state", NULL);
+    tune("bv_dh", NULL);
+    tune("seq_tma", NULL);
 }
 
 /* Split mode's fast prep at K 256 with n 2 and 4 takes the keys as loaded (k_prep2_fast's RAW kind):
@@ -922,7 +913,7 @@ GPU_TEST(bwd_ab_fused) {
     fused_vs_apart(failures, NULL);
     fused_vs_apart(failures, "tiles");
     static const char *const apart[1] = {"0"};
-    cases_per_env(failures, fused_bwd_cases, GDP_ARRAY_LEN(fused_bwd_cases), 9950, "GDP_BWD_FUSE", apart, 1);
+    cases_per_tuning(failures, fused_bwd_cases, GDP_ARRAY_LEN(fused_bwd_cases), 9950, "bwd_fuse", apart, 1);
 }
 
 GPU_TEST(error_paths) {
@@ -987,7 +978,7 @@ static int parse_case_list(const char *list, int n, unsigned char *pick) {
  * cases in separate runs */
 static int sanitize_main(const char *only) {
     int failures = 0;
-    /* each case with the GDP_BV_STATE, GDP_STATE_TMA and GDP_STATE_WG it runs under (NULL: unset) */
+    /* each case with the bv_state, seq_tma and state_wgmma it runs under (NULL: the default) */
     const struct { RandCase rc; const char *bv_state, *state_tma, *state_wg; } cs[] = {
         {{GDP_MODE_HOUSEHOLDER, 1, 70, 1, 32, 32, 3, 1, 1, 2}, NULL, NULL, NULL},
         {{GDP_MODE_SPLIT, 1, 40, 1, 64, 32, 2, 1, 1, 0}, NULL, NULL, NULL},
@@ -1012,9 +1003,9 @@ static int sanitize_main(const char *only) {
         const int failures_before = failures;
         RandData r;
         rand_make(&cs[i].rc, 9 + i, &r);
-        env_set_or_unset("GDP_BV_STATE", cs[i].bv_state);
-        env_set_or_unset("GDP_STATE_TMA", cs[i].state_tma);
-        env_set_or_unset("GDP_STATE_WG", cs[i].state_wg);
+        tune("bv_state", cs[i].bv_state);
+        tune("seq_tma", cs[i].state_tma);
+        tune("state_wgmma", cs[i].state_wg);
         for (int di = 0; di < 2; di++) {
             GdpDesc d = r.d;
             d.dtype = di ? GDP_BF16 : GDP_F32;
@@ -1029,9 +1020,9 @@ static int sanitize_main(const char *only) {
                failures > failures_before ? "FAILED" : "ok");
         fflush(stdout);
     }
-    unsetenv("GDP_BV_STATE");
-    unsetenv("GDP_STATE_TMA");
-    unsetenv("GDP_STATE_WG");
+    tune("bv_state", NULL);
+    tune("seq_tma", NULL);
+    tune("state_wgmma", NULL);
     printf("sanitize run: %s\n", failures ? "FAILED" : "done");
     return failures ? 1 : 0;
 }

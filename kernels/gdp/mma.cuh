@@ -15,6 +15,20 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+/* GDP_SM90: this pass of the compiler emits sm_90 code, so the Hopper instructions (stmatrix, bulk
+ * and tensor copies, mbarrier waits) may be used. Elsewhere stmatrix is emulated exactly and the
+ * copy-engine helpers trap: the planner never picks the kernels that use them there. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GDP_SM90 1
+#else
+#define GDP_SM90 0
+#endif
+#if defined(__CUDA_ARCH__) && !GDP_SM90
+#define GDP_SM90_ONLY(asm_stmt) __trap()
+#else
+#define GDP_SM90_ONLY(asm_stmt) asm_stmt
+#endif
+
 namespace gdp {
 
 /* e / d for 0 <= e, 0 < d: a shift when d is a power of two (the tile widths
@@ -57,18 +71,43 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t &r0, uint32_t &r1, uint32_t &
 /* four 8 x 8 b16 matrices from registers to shared memory: lane l gives the address of row l & 7 of
  * matrix l >> 3, and its register i holds two adjacent elements of row (l >> 2) of matrix i */
 __device__ __forceinline__ void stsm_x4(void *ptr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+#if GDP_SM90 || !defined(__CUDA_ARCH__)
     uint32_t a = (uint32_t)__cvta_generic_to_shared(ptr);
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(a), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
                  : "memory");
+#else
+    /* before sm_90: each lane fetches the address of its row (l >> 2) of matrix i from lane 8 i + (l >> 2) */
+    const int lane = threadIdx.x & 31;
+    const uint32_t r[4] = {r0, r1, r2, r3};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        char *row = (char *)__shfl_sync(0xffffffffu, (unsigned long long)ptr, 8 * i + (lane >> 2));
+        *(uint32_t *)(row + 4 * (lane & 3)) = r[i];
+    }
+    __syncwarp(); /* the lanes' stores are seen by the warp's next reads, as stmatrix's are */
+#endif
 }
 /* the same with each 8 x 8 matrix stored transposed: register i's pair (row l >> 2, columns 2 (l & 3)
  * and + 1 of matrix i) goes to rows 2 (l & 3) and + 1 of column l >> 2, lane l giving the address of
  * stored row l & 7 of matrix l >> 3 (the inverse of ldsm_x4_t) */
 __device__ __forceinline__ void stsm_x4_t(void *ptr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+#if GDP_SM90 || !defined(__CUDA_ARCH__)
     uint32_t a = (uint32_t)__cvta_generic_to_shared(ptr);
     asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(a), "r"(r0), "r"(r1), "r"(r2),
                  "r"(r3)
                  : "memory");
+#else
+    const int lane = threadIdx.x & 31;
+    const uint32_t r[4] = {r0, r1, r2, r3};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        char *lo = (char *)__shfl_sync(0xffffffffu, (unsigned long long)ptr, 8 * i + 2 * (lane & 3));
+        char *hi = (char *)__shfl_sync(0xffffffffu, (unsigned long long)ptr, 8 * i + 2 * (lane & 3) + 1);
+        *(uint16_t *)(lo + 2 * (lane >> 2)) = (uint16_t)(r[i] & 0xffffu);
+        *(uint16_t *)(hi + 2 * (lane >> 2)) = (uint16_t)(r[i] >> 16);
+    }
+    __syncwarp();
+#endif
 }
 __device__ __forceinline__ void mma_bf16(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
@@ -303,55 +342,55 @@ template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.as
  * one thread, with the phase's total bytes) is made and every copy counted to it has landed. */
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void mbar_init(uint64_t *bar) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bar)) : "memory");
+    GDP_SM90_ONLY(asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bar)) : "memory"));
 }
 __device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+    GDP_SM90_ONLY(asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory"));
 }
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
-    asm volatile("{\n\t.reg .pred p;\nGDP_MBAR_WAIT_%=:\n\t"
+    GDP_SM90_ONLY(asm volatile("{\n\t.reg .pred p;\nGDP_MBAR_WAIT_%=:\n\t"
                  "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
                  "@!p bra GDP_MBAR_WAIT_%=;\n}\n" ::"r"(smem_addr(bar)),
                  "r"(parity)
-                 : "memory");
+                 : "memory"));
 }
 /* global -> shared, bytes a multiple of 16, both addresses 16-byte aligned; completes on bar */
 __device__ __forceinline__ void bulk_load(void *s, const void *g, uint32_t bytes, uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+    GDP_SM90_ONLY(asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
                      smem_addr(s)),
                  "l"(g), "r"(bytes), "r"(smem_addr(bar))
-                 : "memory");
+                 : "memory"));
 }
 /* the issuing thread's bulk (tensor) stores: commit them as a group; wait until their sources may
  * change (read) or until they are done (all) */
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_commit() { GDP_SM90_ONLY(asm volatile("cp.async.bulk.commit_group;\n" ::: "memory")); }
+__device__ __forceinline__ void bulk_wait_read() { GDP_SM90_ONLY(asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory")); }
+__device__ __forceinline__ void bulk_wait_all() { GDP_SM90_ONLY(asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory")); }
 /* after mbar_init, before any copy completes on the barriers */
-__device__ __forceinline__ void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_mbar_init() { GDP_SM90_ONLY(asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory")); }
 /* Tensor copies (TMA): a box of a tensor map (a CUtensorMap in parameter, constant or global memory)
  * to or from shared memory; with CU_TENSOR_MAP_SWIZZLE_128B the box's 128-byte rows have their
- * 16-byte chunks XOR-permuted by row % 8 (see Swz128 in gated_deltaproduct.cu), base 1024-aligned. */
+ * 16-byte chunks XOR-permuted by row % 8 (see Swz128 in frag.cuh), base 1024-aligned. */
 __device__ __forceinline__ void tma_load_2d(void *s, const void *map, int x, int y, uint64_t *bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+    GDP_SM90_ONLY(asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
                      smem_addr(s)),
                  "l"(map), "r"(x), "r"(y), "r"(smem_addr(bar))
-                 : "memory");
+                 : "memory"));
 }
 __device__ __forceinline__ void tma_load_3d(void *s, const void *map, int x, int y, int z, uint64_t *bar) {
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+    GDP_SM90_ONLY(asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
                      smem_addr(s)),
                  "l"(map), "r"(x), "r"(y), "r"(z), "r"(smem_addr(bar))
-                 : "memory");
+                 : "memory"));
 }
 __device__ __forceinline__ void tma_store_2d(const void *map, int x, int y, const void *s) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(map), "r"(x), "r"(y),
+    GDP_SM90_ONLY(asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(map), "r"(x), "r"(y),
                  "r"(smem_addr(s))
-                 : "memory");
+                 : "memory"));
 }
 /* orders this thread's ordinary shared-memory accesses before later bulk copies (the copy engine is
  * another proxy): after writing what a bulk store reads, or before a bulk load overwrites it */
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { GDP_SM90_ONLY(asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory")); }
 
 /* Two-buffer cp.async pipeline: start the next stage's copies (when there is a next stage) into the
  * other buffer, then wait until only those are in flight, i.e. this stage's copies have landed (a

@@ -1,5 +1,5 @@
 /* Gated DeltaProduct, CUDA path: the chunk grid and the workspace layout (internal; shared by
- * kernels/gated_deltaproduct.cu and the GPU test, which reads intermediates back to check each
+ * the kernels in kernels/gdp/ and the GPU test, which reads intermediates back to check each
  * kernel on its own). Plain C, host side only.
  *
  * The chunk grid. Rows are the interleaved (token, slot) pairs, row p = t*n + j. A chunk holds
@@ -49,7 +49,7 @@ typedef struct GdpChunkInfo {
     int c;    /* chunk index inside its sequence */
 } GdpChunkInfo;
 
-typedef struct GdpPlan {
+typedef struct GdpLayout {
     int mode, n, H, K, V, KP, VP, Ct, Ctp, N, NCmax, op_bytes, nkt, nvt;
     int64_t CH; /* chunk-heads: NCmax * H */
     /* elements per chunk-head */
@@ -60,12 +60,12 @@ typedef struct GdpPlan {
     size_t bytes_saved;   /* what a saving forward leaves for the backward: tables through T */
     size_t bytes_scratch; /* the backward's own part, dh through dM; it starts at offset bytes_saved */
     size_t bytes_bwd;     /* the backward that recomputes: bytes_saved + bytes_scratch */
-} GdpPlan;
+} GdpLayout;
 
 static inline size_t gdp_align256_(size_t x) { return (x + 255) & ~(size_t)255; }
 
 /* Fills *p from a descriptor that gdp_validate accepted (sizes only; nothing is checked here). */
-static inline void gdp_plan_make(const GdpDesc *d, GdpPlan *p) {
+static inline void gdp_layout_make(const GdpDesc *d, GdpLayout *p) {
     p->mode = (int)d->mode;
     p->n = d->n;
     p->H = d->H;
