@@ -36,6 +36,81 @@ void arena_resize(Arena *a, size_t capacity) {
     a->base = arena_reserve(a, capacity);
 }
 
+/* ---- traces ------------------------------------------------------------------------------------- */
+
+static void trace_push_event(ArenaTrace *t, int64_t e) {
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 1024;
+        t->events = (int64_t *)xrealloc(t->events, (size_t)t->cap * sizeof(int64_t));
+    }
+    t->events[t->n++] = e;
+}
+
+static void trace_alloc(ArenaTrace *t, size_t bytes, size_t used) {
+    trace_push_event(t, (int64_t)bytes);
+    if (t->depth == t->live_cap) {
+        t->live_cap = t->live_cap ? 2 * t->live_cap : 256;
+        t->live = (size_t *)xrealloc(t->live, (size_t)t->live_cap * sizeof(size_t));
+    }
+    t->live[t->depth++] = used;
+}
+
+/* Marks are plain offsets; callers rewind in LIFO order, so the allocations still live after a
+ * rewind are those that ended at or below the mark, and the mark is where the last of them ended. */
+static void trace_rewind(ArenaTrace *t, size_t mark) {
+    while (t->depth > 0 && t->live[t->depth - 1] > mark) t->depth--;
+    if ((t->depth ? t->live[t->depth - 1] : t->start) != mark) t->broken = true;
+    trace_push_event(t, -1 - (int64_t)t->depth);
+}
+
+void arena_trace_start(Arena *a, ArenaTrace *t) {
+    arena_trace_free(t);
+    t->start = a->used;
+    a->trace = t;
+}
+
+void arena_trace_stop(Arena *a) { a->trace = NULL; }
+
+void arena_trace_free(ArenaTrace *t) {
+    free(t->events);
+    free(t->live);
+    memset(t, 0, sizeof *t);
+}
+
+int arena_trace_allocs(const ArenaTrace *t) {
+    int k = 0;
+    for (int i = 0; i < t->n; i++) k += t->events[i] >= 0;
+    return k;
+}
+
+bool arena_trace_same_calls(const ArenaTrace *a, const ArenaTrace *b) {
+    if (a->n != b->n || a->broken || b->broken || a->start != b->start) return false;
+    for (int i = 0; i < a->n; i++)
+        if ((a->events[i] < 0 || b->events[i] < 0) && a->events[i] != b->events[i]) return false;
+    return true;
+}
+
+size_t arena_trace_replay(const ArenaTrace *t, const int64_t *bytes) {
+    GDP_CHECK(!t->broken && t->start == 0, "internal: arena trace replay needs an unbroken trace from an empty arena");
+    size_t *live = (size_t *)xmalloc((size_t)(t->n + 1) * sizeof(size_t));
+    int depth = 0, k = 0;
+    size_t hw = 0;
+    for (int i = 0; i < t->n; i++) {
+        if (t->events[i] < 0) {
+            depth = (int)(-1 - t->events[i]);
+            continue;
+        }
+        size_t used = depth ? live[depth - 1] : 0;
+        used = CEIL_DIV(used, (size_t)ARENA_ALIGN) * ARENA_ALIGN + (size_t)bytes[k++];
+        live[depth++] = used;
+        if (used > hw) hw = used;
+    }
+    free(live);
+    return hw;
+}
+
+/* ---- allocation ---------------------------------------------------------------------------------- */
+
 void *arena_alloc(Arena *a, size_t bytes) {
     size_t start = CEIL_DIV(a->used, (size_t)ARENA_ALIGN) * ARENA_ALIGN;
     if (start + bytes > a->capacity || start + bytes < start) {
@@ -46,13 +121,14 @@ void *arena_alloc(Arena *a, size_t bytes) {
     }
     a->used = start + bytes;
     if (a->used > a->high_water) a->high_water = a->used;
+    if (a->trace) trace_alloc(a->trace, bytes, a->used);
     return a->base + start;
 }
 
 void arena_expect(Arena *a, size_t bytes) {
     const size_t mark = a->used;
     arena_alloc(a, bytes);
-    a->used = mark;
+    arena_rewind(a, mark);
 }
 
 void *arena_alloc_zeroed(Arena *a, size_t bytes) {
@@ -66,4 +142,5 @@ void *arena_alloc_zeroed(Arena *a, size_t bytes) {
 void arena_rewind(Arena *a, size_t mark) {
     GDP_CHECK(mark <= a->used, "arena '%s': rewind to %zu beyond the current use %zu", a->name, mark, a->used);
     a->used = mark;
+    if (a->trace) trace_rewind(a->trace, mark);
 }

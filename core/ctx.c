@@ -39,16 +39,16 @@ Ctx *ctx_create(Device dev, CtxSizes s) {
     return ctx;
 }
 
-static void fit_arena(Arena *a, double margin) {
-    size_t want = (size_t)((double)a->high_water * (1.0 + margin)) + ((size_t)16 << 20);
-    if (want < a->capacity) arena_resize(a, want);
+static void plan_arena(Arena *a, size_t capacity) {
+    if (capacity != a->capacity) arena_resize(a, capacity);
+    a->high_water = 0;
 }
 
-void ctx_fit_arenas(Ctx *ctx, bool acts, bool grads, bool scratch, double margin) {
-    ctx_synchronize(ctx);
-    if (acts) fit_arena(&ctx->acts, margin);
-    if (grads) fit_arena(&ctx->grads, margin);
-    if (scratch) fit_arena(&ctx->scratch, margin);
+void ctx_plan_arenas(Ctx *ctx, size_t acts, size_t grads, size_t scratch) {
+    ctx_synchronize(ctx); /* kernels of the last step may still use the memory given back */
+    plan_arena(&ctx->acts, acts);
+    plan_arena(&ctx->grads, grads);
+    plan_arena(&ctx->scratch, scratch);
 }
 
 void ctx_destroy(Ctx *ctx) {

@@ -43,10 +43,10 @@ void ctx_destroy(Ctx *ctx);
 /* Ends a micro-step: clears the tape and resets acts, grads, scratch and step headers. */
 void ctx_step_reset(Ctx *ctx);
 void ctx_synchronize(Ctx *ctx);
-/* Between steps (acts, grads and scratch empty): shrinks each of those arenas whose flag is set
- * to its high-water mark plus `margin` (a fraction) and 16 MiB, when that is smaller. The
- * estimate a run starts with is an upper bound; a step of fixed shapes needs the same each time. */
-void ctx_fit_arenas(Ctx *ctx, bool acts, bool grads, bool scratch, double margin);
+/* Between steps (acts, grads and scratch empty): gives the step arenas these capacities (their
+ * memory is freed and allocated again) and clears their high-water marks (train/memory_plan.h
+ * measures the sizes). */
+void ctx_plan_arenas(Ctx *ctx, size_t acts, size_t grads, size_t scratch);
 /* The CUDA stream every op launches on (NULL = legacy default on CPU builds). */
 void *ctx_stream(Ctx *ctx);
 

@@ -63,5 +63,26 @@ done
     [ "$(tail -1 "$TMP/two1_0.01/log.tsv" | cut -f1)" = 23 ] &&
     echo "ok: the 2-rank ZeRO-1 checkpoint resumed on 1 rank to step 24" ||
     { echo "FAIL: resuming the 2-rank checkpoint on 1 rank"; tail "$TMP/resume.log"; fail=1; }
+# SIGUSR1 to rank 1 alone: both ranks agree to stop after the same step, rank 0 writes the
+# checkpoint and says where to resume, mpirun exits 0
+S="$TMP/sig2"
+# shellcheck disable=SC2086
+$MPIRUN "$GDP" train $common --steps 100000 --checkpoint-every 0 --batch 2 --zero 1 --out "$S" >"$TMP/sig2.log" 2>&1 &
+mpid=$!
+i=0
+while [ "$(wc -l 2>/dev/null <"$S/log.tsv" || echo 0)" -le 3 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+rank1=""
+for p in $(pgrep -f -- "--out $S"); do
+    grep -qa "OMPI_COMM_WORLD_RANK=1" "/proc/$p/environ" 2>/dev/null && rank1=$p
+done
+[ -n "$rank1" ] && kill -USR1 "$rank1"
+wait $mpid
+rc=$?
+n=$(sed -n 's/.*stopped by SIGUSR1 after step \([0-9]*\) .*/\1/p' "$TMP/sig2.log")
+if [ -n "$rank1" ] && [ $rc -eq 0 ] && [ -n "$n" ] && [ "$(cat "$S/latest" 2>/dev/null)" = "$(printf 'ckpt_%08d.h5' "$n")" ]; then
+    echo "ok: SIGUSR1 to rank 1 of 2 stopped both after step $n with a checkpoint (exit 0)"
+else
+    echo "FAIL: SIGUSR1 to rank 1 (pid '$rank1'): exit $rc, step '$n', latest '$(cat "$S/latest" 2>/dev/null)'"; tail "$TMP/sig2.log"; fail=1
+fi
 [ $fail -eq 0 ] && echo "dist train: all ok"
 exit $fail

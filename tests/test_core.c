@@ -31,13 +31,43 @@ START_TEST(arena_aligns_and_rewinds) {
 }
 END_TEST
 
-/* After a step the arenas shrink to their high-water mark (+ margin) and still serve that step. */
-START_TEST(ctx_fit_arenas_shrinks_to_the_step) {
+/* A recorded sequence of calls replays at other sizes: rewinds go back to the allocation their mark
+ * ended, whatever the sizes. */
+START_TEST(arena_trace_replays_calls_at_other_sizes) {
+    Arena a;
+    arena_init(&a, "test", DEV_CPU, 1 << 20, NULL);
+    ArenaTrace t = {0};
+    arena_trace_start(&a, &t);
+    arena_alloc(&a, 100);
+    size_t m = arena_mark(&a);
+    arena_alloc(&a, 1000);
+    arena_rewind(&a, m);
+    arena_alloc(&a, 50);
+    arena_expect(&a, 3000);
+    arena_reset(&a);
+    arena_trace_stop(&a);
+    ck_assert(!t.broken);
+    ck_assert_int_eq(arena_trace_allocs(&t), 4);
+    const int64_t own[4] = {100, 1000, 50, 3000}, other[4] = {200, 10, 5000, 7};
+    ck_assert_uint_eq(arena_trace_replay(&t, own), a.high_water);
+    ck_assert_uint_eq(arena_trace_replay(&t, other), 5376 + 7); /* c after a (b rewound), then the expectation */
+    arena_trace_free(&t);
+    arena_release(&a);
+}
+END_TEST
+
+/* A step's recorded arenas replay to its high water; arenas planned to exactly that serve the step
+ * again with the same result. */
+START_TEST(ctx_plan_arenas_to_a_recorded_step) {
     Ctx *ctx = ctx_create(DEV_CPU, ctx_default_sizes());
-    size_t before = ctx->acts.capacity;
+    Arena *ar[3] = {&ctx->acts, &ctx->grads, &ctx->scratch};
+    ArenaTrace tr[3];
+    memset(tr, 0, sizeof tr);
     uint64_t seed = 5;
     double first = 0, second = 0;
     for (int step = 0; step < 2; step++) {
+        if (step == 0)
+            for (int i = 0; i < 3; i++) arena_trace_start(ar[i], &tr[i]);
         uint64_t s = seed;
         Tensor *x = gc_random(ctx, GDP_F64, &s, -1, 1, SHAPE(32, 32));
         Tensor *loss = op_sum(ctx, op_mul(ctx, x, op_sigmoid(ctx, x)));
@@ -46,10 +76,24 @@ START_TEST(ctx_fit_arenas_shrinks_to_the_step) {
         tensor_to_doubles(x->grad, v);
         *(step ? &second : &first) = v[17];
         ctx_step_reset(ctx);
-        if (step == 0) ctx_fit_arenas(ctx, true, true, true, 0.10);
+        if (step == 0) {
+            size_t hw[3];
+            for (int i = 0; i < 3; i++) {
+                arena_trace_stop(ar[i]);
+                int64_t sz[64];
+                int n = 0;
+                for (int e = 0; e < tr[i].n; e++)
+                    if (tr[i].events[e] >= 0) sz[n++] = tr[i].events[e];
+                ck_assert_int_lt(n, 64);
+                hw[i] = arena_trace_replay(&tr[i], sz);
+                ck_assert_uint_eq(hw[i], ar[i]->high_water);
+                arena_trace_free(&tr[i]);
+            }
+            ctx_plan_arenas(ctx, hw[0], hw[1], hw[2]);
+            ck_assert_uint_eq(ctx->acts.capacity, hw[0]);
+        }
     }
-    ck_assert_uint_lt(ctx->acts.capacity, before);
-    ck_assert_uint_le(ctx->acts.capacity, ctx->acts.high_water * 2 + ((size_t)16 << 20));
+    ck_assert_uint_le(ctx->acts.high_water, ctx->acts.capacity);
     ck_assert_double_eq(first, second);
     ctx_destroy(ctx);
 }
@@ -247,7 +291,8 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, arena_aligns_and_rewinds);
     tcase_add_exit_test(tc, arena_exhaustion_is_a_clear_error, 1);
     tcase_add_exit_test(tc, arena_too_large_for_the_machine_is_a_clear_error, 1);
-    tcase_add_test(tc, ctx_fit_arenas_shrinks_to_the_step);
+    tcase_add_test(tc, arena_trace_replays_calls_at_other_sizes);
+    tcase_add_test(tc, ctx_plan_arenas_to_a_recorded_step);
     tcase_add_test(tc, add_forward_hand_case);
     tcase_add_test(tc, fan_out_accumulates_gradients);
     tcase_add_test(tc, nodes_without_a_path_are_skipped);

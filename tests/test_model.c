@@ -114,7 +114,7 @@ START_TEST(config_file_and_overrides) {
 END_TEST
 
 START_TEST(parameter_counts) {
-    /* base: 155.7M at n_h = 2, vocab 32000, untied (spec §4); small about 20M */
+    /* base: 155.7M at n_h = 2, vocab 32000, untied (docs/spec.md §4); small about 20M */
     ModelConfig c;
     ck_assert(model_config_preset(&c, "base"));
     ck_assert_int_eq(cfg_intermediate(&c), 2048);

@@ -1,6 +1,11 @@
-/* Training infrastructure: parameter registry, AdamW, schedules, HDF5 checkpoints, logger. CPU only. */
+/* Training infrastructure: parameter registry, AdamW (and its skip of non-finite gradients), schedules, HDF5
+ * checkpoints (whole-file check, byte-flip fuzzing, full disks, range-checked attributes, finding the
+ * checkpoint to resume), logger. CPU only. */
 #include <fcntl.h>
 #include <hdf5.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <zlib.h>
 #include <math.h>
 #include <omp.h>
 #include <sys/stat.h>
@@ -684,7 +689,40 @@ START_TEST(checkpoint_is_plain_hdf5) {
 END_TEST
 
 /* Bad files for the loader. Each helper leaves a file in dir and returns its path. */
-enum { BAD_TRUNCATED, BAD_NOT_HDF5, BAD_FOREIGN, BAD_MISSING_PARAM, BAD_SHAPE, BAD_EXTRA_PARAM, BAD_CORRUPT_DATA, BAD_NO_OPTIM };
+enum { BAD_TRUNCATED, BAD_NOT_HDF5, BAD_FOREIGN, BAD_MISSING_PARAM, BAD_SHAPE, BAD_EXTRA_PARAM, BAD_CORRUPT_DATA, BAD_NO_OPTIM,
+       BAD_NO_CRC, BAD_NEGATIVE_STEP, BAD_NEGATIVE_OPTIM_STEPS, BAD_OPTIM_STEPS_PAST_STEP, BAD_ZERO_STAGE };
+
+/* Recomputes a checkpoint's whole-file CRC (the header layout of train/checkpoint.h) after the test
+ * edited it through HDF5, as a tool that edits checkpoints must: the edit is then what gets checked. */
+static void reseal(const char *path) {
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    unsigned char *buf = (unsigned char *)xmalloc((size_t)n);
+    fseek(f, 0, SEEK_SET);
+    ck_assert_int_eq(fread(buf, 1, (size_t)n, f), n);
+    ck_assert(!memcmp(buf, CKPT_HEADER_MAGIC, CKPT_HEADER_MAGIC_LEN));
+    for (int i = 0; i < 8; i++) buf[CKPT_HEADER_SIZE_AT + i] = (unsigned char)((uint64_t)n >> (8 * i));
+    memset(buf + CKPT_HEADER_CRC_AT, 0, 4);
+    uLong crc = crc32_z(crc32_z(0L, Z_NULL, 0), buf, (size_t)n);
+    for (int i = 0; i < 4; i++) buf[CKPT_HEADER_CRC_AT + i] = (unsigned char)(crc >> (8 * i));
+    fseek(f, 0, SEEK_SET);
+    ck_assert_int_eq(fwrite(buf, 1, (size_t)n, f), n);
+    fclose(f);
+    free(buf);
+}
+
+/* Sets a root attribute of an existing checkpoint to v (as a hand edit with h5py would). */
+static void edit_attr(const char *path, const char *name, long long v) {
+    h5_quiet();
+    hid_t f = H5_CHECK(H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT));
+    hid_t a = H5_CHECK(H5Aopen(f, name, H5P_DEFAULT));
+    H5_CHECK(H5Awrite(a, H5T_NATIVE_LLONG, &v));
+    H5Aclose(a);
+    H5Fclose(f);
+    reseal(path);
+}
 
 static char *bad_file(const char *dir, int kind) {
     Trained a;
@@ -724,7 +762,12 @@ static char *bad_file(const char *dir, int kind) {
     case BAD_SHAPE:
     case BAD_EXTRA_PARAM:
     case BAD_CORRUPT_DATA:
-    case BAD_NO_OPTIM: {
+    case BAD_NO_OPTIM:
+    case BAD_NO_CRC:
+    case BAD_NEGATIVE_STEP:
+    case BAD_NEGATIVE_OPTIM_STEPS:
+    case BAD_OPTIM_STEPS_PAST_STEP:
+    case BAD_ZERO_STAGE: {
         CheckpointMeta meta = {.step = 3};
         char *p = checkpoint_save(dir, &a.ps, kind == BAD_NO_OPTIM ? NULL : &a.opt, &meta, 0, NULL);
         snprintf(path, 600, "%s", p);
@@ -745,6 +788,19 @@ static char *bad_file(const char *dir, int kind) {
             ck_assert_int_eq(pwrite(fd, &byte, 1, (off_t)off + 5), 1);
             close(fd);
         }
+        if (kind == BAD_NO_CRC) {
+            h5_quiet();
+            hid_t f = H5_CHECK(H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT));
+            hid_t ds = H5_CHECK(H5Dopen2(f, "/optim/v/layers.0.b", H5P_DEFAULT));
+            H5_CHECK(H5Adelete(ds, "crc32"));
+            H5Dclose(ds);
+            H5Fclose(f);
+            reseal(path);
+        }
+        if (kind == BAD_NEGATIVE_STEP) edit_attr(path, "step", -5);
+        if (kind == BAD_NEGATIVE_OPTIM_STEPS) edit_attr(path, "optim_steps", -3);
+        if (kind == BAD_OPTIM_STEPS_PAST_STEP) edit_attr(path, "optim_steps", 4);
+        if (kind == BAD_ZERO_STAGE) edit_attr(path, "zero_stage", 7);
         break;
     }
     }
@@ -794,6 +850,12 @@ START_TEST(load_corrupt_data_is_fatal) { load_bad(BAD_CORRUPT_DATA); }
 END_TEST
 START_TEST(load_without_optim_state_is_fatal) { load_bad(BAD_NO_OPTIM); }
 END_TEST
+START_TEST(load_dataset_without_crc_is_fatal) { load_bad(BAD_NO_CRC); }
+END_TEST
+START_TEST(load_negative_step_is_fatal) { load_bad(BAD_NEGATIVE_STEP); }
+END_TEST
+START_TEST(load_negative_optim_steps_is_fatal) { load_bad(BAD_NEGATIVE_OPTIM_STEPS); }
+END_TEST
 
 /* Runs load_bad(kind) in a child with stderr captured: exit status 1 and a message with `want`. */
 static void expect_message(int kind, const char *want) {
@@ -823,14 +885,269 @@ static void expect_message(int kind, const char *want) {
 }
 
 START_TEST(load_errors_name_file_and_problem) {
-    expect_message(BAD_TRUNCATED, "truncated or corrupt");
-    expect_message(BAD_NOT_HDF5, "not an HDF5 file");
+    expect_message(BAD_TRUNCATED, "truncated");
+    expect_message(BAD_NOT_HDF5, "neither a gdp.c checkpoint header nor an HDF5 signature");
     expect_message(BAD_FOREIGN, "not a gdp.c checkpoint");
     expect_message(BAD_MISSING_PARAM, "has no parameter /params/layers.1.extra");
     expect_message(BAD_SHAPE, "has shape [6,6] but the model's parameter has shape [6,7]");
     expect_message(BAD_EXTRA_PARAM, "/params/layers.1.norm, which the model does not have");
-    expect_message(BAD_CORRUPT_DATA, "fails its checksum");
+    expect_message(BAD_CORRUPT_DATA, "fail the whole-file checksum");
     expect_message(BAD_NO_OPTIM, "holds no optimizer state");
+    expect_message(BAD_NO_CRC, "/optim/v/layers.0.b has no crc32 attribute");
+    expect_message(BAD_NEGATIVE_STEP, "step = -5 is out of range");
+    expect_message(BAD_NEGATIVE_OPTIM_STEPS, "optim_steps = -3 is out of range");
+    expect_message(BAD_OPTIM_STEPS_PAST_STEP, "optim_steps = 4 is out of range (0 to step = 3)");
+    expect_message(BAD_ZERO_STAGE, "zero_stage = 7 must be 0 or 1");
+}
+END_TEST
+
+/* ---- bad steps, full disks, corrupt files -------------------------------------------------------------- */
+
+START_TEST(adamw_skips_nonfinite_gradient) {
+    Trained a;
+    trained_model(&a, 21, true);
+    size_t bytes = (size_t)a.ps.total * sizeof(float);
+    float *p0 = (float *)xmalloc(bytes), *m0 = (float *)xmalloc(bytes), *v0 = (float *)xmalloc(bytes);
+    memcpy(p0, a.ps.flat_params, bytes), memcpy(m0, a.opt.m, bytes), memcpy(v0, a.opt.v, bytes);
+    int64_t t0 = a.opt.t;
+    const float bad[2] = {NAN, INFINITY};
+    for (int k = 0; k < 2; k++) {
+        for (int64_t i = 0; i < a.ps.total; i++) a.ps.flat_grads[i] = 0.01f;
+        a.ps.flat_grads[a.ps.items[2].offset + 3] = bad[k]; /* layers.0.b, element 3 */
+        double norm = optim_step(&a.opt, 1e-2, 1.0, NULL);
+        ck_assert_msg(!isfinite(norm), "norm %g", norm);
+        ck_assert_int_eq(a.opt.t, t0);
+        ck_assert(!memcmp(p0, a.ps.flat_params, bytes) && !memcmp(m0, a.opt.m, bytes) && !memcmp(v0, a.opt.v, bytes));
+        int64_t elem = -1;
+        ck_assert_str_eq(optim_first_nonfinite_grad(&a.opt, &elem), "layers.0.b");
+        ck_assert_int_eq(elem, 3);
+    }
+    a.ps.flat_grads[a.ps.items[2].offset + 3] = 0.01f;
+    ck_assert_ptr_null(optim_first_nonfinite_grad(&a.opt, NULL));
+    free(p0), free(m0), free(v0);
+    free_trained(&a);
+}
+END_TEST
+
+/* Runs fn(arg) in a child with stderr in buf; returns the wait status. */
+static int run_child(void (*fn)(void *), void *arg, char *buf, size_t len) {
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        fn(arg);
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got < len - 1 && (r = read(fds[0], buf + got, len - 1 - got)) > 0) got += (size_t)r;
+    buf[got] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+typedef struct SaveJob {
+    const char *dir;
+    Trained *tm;
+    int64_t step;
+    long fsize_limit; /* > 0: RLIMIT_FSIZE in bytes */
+} SaveJob;
+
+static void save_job(void *u) {
+    SaveJob *j = (SaveJob *)u;
+    if (j->fsize_limit > 0) {
+        signal(SIGXFSZ, SIG_IGN); /* as gdp train does: the write fails with EFBIG instead of killing us */
+        struct rlimit rl = {(rlim_t)j->fsize_limit, (rlim_t)j->fsize_limit};
+        ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    }
+    free(save_small(j->dir, j->tm, j->step, 3));
+}
+
+static bool has_tmp_file(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -q '\\.tmp$'", dir);
+    return system(cmd) == 0;
+}
+
+START_TEST(checkpoint_disk_full_keeps_earlier) {
+    char *dir = make_tmpdir();
+    Trained a;
+    trained_model(&a, 4, true);
+    free(save_small(dir, &a, 1, 3));
+    char first[600], second[600];
+    checkpoint_path(first, sizeof first, dir, 1);
+    checkpoint_path(second, sizeof second, dir, 2);
+    long size = file_size(first);
+    SaveJob j = {dir, &a, 2, size / 2};
+    char err[4096];
+    int st = run_child(save_job, &j, err, sizeof err);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d: %s", st, err);
+    ck_assert_msg(strstr(err, "writing checkpoint") && strstr(err, "ckpt_00000002.h5.tmp") &&
+                      strstr(err, "earlier checkpoints"), "message: %s", err);
+    ck_assert_msg(!has_tmp_file(dir), "a .tmp file was left in %s", dir);
+    ck_assert(!file_exists(second));
+    char *latest = checkpoint_latest(dir);
+    ck_assert_str_eq(latest, first);
+    ck_assert(checkpoint_verify(first, NULL, 0));
+    free(latest);
+    free_trained(&a);
+    rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(checkpoint_refuses_nonfinite_state) {
+    char *dir = make_tmpdir();
+    Trained a;
+    trained_model(&a, 4, true);
+    free(save_small(dir, &a, 1, 3));
+    a.ps.flat_params[a.ps.items[1].offset + 7] = NAN; /* layers.0.w */
+    SaveJob j = {dir, &a, 2, 0};
+    char err[4096];
+    int st = run_child(save_job, &j, err, sizeof err);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d: %s", st, err);
+    ck_assert_msg(strstr(err, "parameter layers.0.w holds a non-finite value (element 7)"), "message: %s", err);
+    a.ps.flat_params[a.ps.items[1].offset + 7] = 0;
+    a.opt.v[a.ps.items[3].offset] = INFINITY; /* layers.1.norm's second moment */
+    st = run_child(save_job, &j, err, sizeof err);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1 && strstr(err, "second moment of layers.1.norm"), "%d: %s",
+                  st, err);
+    char p[600];
+    checkpoint_path(p, sizeof p, dir, 2);
+    ck_assert(!file_exists(p) && !has_tmp_file(dir));
+    free_trained(&a);
+    rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(find_resume_takes_newest_valid) {
+    char *dir = make_tmpdir();
+    Trained a;
+    trained_model(&a, 6, true);
+    for (int s = 1; s <= 3; s++) free(save_small(dir, &a, s, 0));
+    char p1[600], p2[600], p3[600], lp[600], note[2048];
+    checkpoint_path(p1, sizeof p1, dir, 1);
+    checkpoint_path(p2, sizeof p2, dir, 2);
+    checkpoint_path(p3, sizeof p3, dir, 3);
+    snprintf(lp, sizeof lp, "%s/latest", dir);
+    /* latest names the newest: no note */
+    char *r = checkpoint_find_resume(dir, note, sizeof note);
+    ck_assert_str_eq(r, p3);
+    ck_assert_str_eq(note, "");
+    free(r);
+    /* killed between the rename of ckpt 3 and the latest write: latest names 2 */
+    FILE *f = fopen(lp, "w");
+    fprintf(f, "ckpt_00000002.h5\n");
+    fclose(f);
+    r = checkpoint_find_resume(dir, note, sizeof note);
+    ck_assert_str_eq(r, p3);
+    ck_assert_msg(strstr(note, "older or missing") && strstr(note, p3), "note: %s", note);
+    free(r);
+    /* no latest at all (the first checkpoint's latest never written) */
+    ck_assert_int_eq(unlink(lp), 0);
+    r = checkpoint_find_resume(dir, note, sizeof note);
+    ck_assert_str_eq(r, p3);
+    ck_assert_msg(strstr(note, "no 'latest' file"), "note: %s", note);
+    free(r);
+    /* a corrupt newest file is passed over, and said so */
+    int fd = open(p3, O_RDWR);
+    unsigned char b = 0x5a;
+    ck_assert_int_eq(pwrite(fd, &b, 1, 2000), 1);
+    close(fd);
+    r = checkpoint_find_resume(dir, note, sizeof note);
+    ck_assert_str_eq(r, p2);
+    ck_assert_msg(strstr(note, "skipping") && strstr(note, "whole-file checksum"), "note: %s", note);
+    free(r);
+    (void)p1;
+    char *empty = make_tmpdir();
+    ck_assert_ptr_null(checkpoint_find_resume(empty, note, sizeof note));
+    rm_rf(empty);
+    free(empty);
+    free_trained(&a);
+    rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* Byte flips anywhere in a checkpoint: each load either fails with exit 1 and a message, or gives
+ * exactly the saved state; none may crash (the child's status says which). Forks one child per flip,
+ * so it stays quick under ASan. */
+typedef struct FlipJob {
+    const char *path;
+    Trained *want, *into;
+} FlipJob;
+
+static void flip_job(void *u) {
+    FlipJob *j = (FlipJob *)u;
+    CheckpointInfo info;
+    checkpoint_load(j->path, &j->into->ps, &j->into->opt, &info);
+    size_t bytes = (size_t)j->want->ps.total * sizeof(float);
+    bool same = !memcmp(j->want->ps.flat_params, j->into->ps.flat_params, bytes) &&
+                !memcmp(j->want->opt.m, j->into->opt.m, bytes) && !memcmp(j->want->opt.v, j->into->opt.v, bytes) &&
+                j->into->opt.t == j->want->opt.t && info.step == 5 && info.n_loader == 3;
+    checkpoint_info_free(&info);
+    _exit(same ? 0 : 3);
+}
+
+START_TEST(checkpoint_fuzz_byte_flips) {
+    char *dir = make_tmpdir();
+    Trained a, b;
+    trained_model(&a, 12, true);
+    trained_model(&b, 13, false);
+    char *path = save_small(dir, &a, 5, 0);
+    long n = file_size(path);
+    unsigned char *orig = (unsigned char *)xmalloc((size_t)n);
+    FILE *f = fopen(path, "rb");
+    ck_assert_int_eq(fread(orig, 1, (size_t)n, f), n);
+    fclose(f);
+    char flipped[700];
+    snprintf(flipped, sizeof flipped, "%s/flipped.h5", dir);
+    Rng rng;
+    rng_seed(&rng, 2024);
+    int rejected = 0, identical = 0;
+    const int flips = 200;
+    for (int i = 0; i < flips; i++) {
+        /* a third in the header and HDF5's first metadata (superblock, root attributes), the rest anywhere */
+        long at = i % 3 == 0 ? (long)rng_below(&rng, (uint64_t)GDP_MIN(n, 4096)) : (long)rng_below(&rng, (uint64_t)n);
+        unsigned char mask = (unsigned char)(1u << rng_below(&rng, 8));
+        orig[at] ^= mask;
+        f = fopen(flipped, "wb");
+        ck_assert_int_eq(fwrite(orig, 1, (size_t)n, f), n);
+        fclose(f);
+        orig[at] ^= mask;
+        FlipJob j = {flipped, &a, &b};
+        char err[4096];
+        int st = run_child(flip_job, &j, err, sizeof err);
+        ck_assert_msg(WIFEXITED(st), "flip of byte %ld (mask %02x) crashed the loader: status %d: %s", at, mask, st,
+                      err);
+        int code = WEXITSTATUS(st);
+        ck_assert_msg(code == 0 || code == 1, "flip of byte %ld (mask %02x): exit %d (3: loaded different state): %s",
+                      at, mask, code, err);
+        if (code == 1) {
+            ck_assert_msg(strstr(err, "gdp: error:") && strstr(err, "flipped.h5"), "flip of byte %ld: no message: %s",
+                          at, err);
+            rejected++;
+        } else {
+            identical++;
+        }
+    }
+    printf("checkpoint fuzz: %d flips of a %ld-byte file: %d rejected, %d loaded identically\n", flips, n, rejected,
+           identical);
+    free(orig);
+    free(path);
+    free_trained(&a);
+    free_trained(&b);
+    rm_rf(dir);
+    free(dir);
 }
 END_TEST
 
@@ -855,14 +1172,17 @@ START_TEST(logger_writes_tsv_and_plot) {
     logger_init(&lg, dir, 0, -1);
     lg.quiet = true;
     for (int s = 0; s < 5; s++)
-        logger_step(&lg, s, 4.0 - 0.5 * s, 1e-3, 0.5, s == 0 ? NAN : 1000.0 * s, s == 2 || s == 4 ? 3.9 - 0.5 * s : NAN);
+        logger_step(&lg, s, 4.0 - 0.5 * s, 1e-3, 0.5, s == 0 ? NAN : 1000.0 * s, s == 2 || s == 4 ? 3.9 - 0.5 * s : NAN,
+                    s == 3);
     const char *plot = logger_finish(&lg);
     ck_assert(plot[0] != '\0');
     ck_assert_msg(file_size(plot) > 100, "plot %s is missing or tiny", plot);
     char tsv[600], lines[8][256];
     snprintf(tsv, sizeof tsv, "%s/log.tsv", dir);
     ck_assert_int_eq(count_lines(tsv, lines, 8), 6);
-    ck_assert_str_eq(lines[0], "step\tloss\tlr\tgrad_norm\ttokens_per_s\tval_loss\telapsed_s\n");
+    ck_assert_str_eq(lines[0], "step\tloss\tlr\tgrad_norm\ttokens_per_s\tval_loss\telapsed_s\tskipped\n");
+    ck_assert_msg(strstr(lines[3], "\t0\n") != NULL && strstr(lines[4], "\t1\n") != NULL, "skipped column: %s%s",
+                  lines[3], lines[4]);
     ck_assert(!strncmp(lines[1], "0\t4.000000\t1.000000e-03\t0.500000\t\t\t", 33));
     ck_assert(!strncmp(lines[2], "1\t3.500000\t1.000000e-03\t0.500000\t1000.0\t\t", 40));
     ck_assert(!strncmp(lines[3], "2\t3.000000\t1.000000e-03\t0.500000\t2000.0\t2.900000\t", 48));
@@ -879,7 +1199,7 @@ START_TEST(logger_writes_tsv_and_plot) {
     Logger r;
     logger_init(&r, dir, 0, 3);
     r.quiet = true;
-    logger_step(&r, 3, 2.0, 1e-3, 0.5, 100, NAN);
+    logger_step(&r, 3, 2.0, 1e-3, 0.5, 100, NAN, false);
     logger_finish(&r);
     ck_assert_int_eq(count_lines(tsv, lines, 8), 5);
     ck_assert(!strncmp(lines[3], "2\t", 2));
@@ -895,7 +1215,7 @@ START_TEST(logger_other_ranks_are_silent) {
     snprintf(sub, sizeof sub, "%s/rank1", dir);
     Logger lg;
     logger_init(&lg, sub, 1, -1);
-    logger_step(&lg, 0, 1, 1, 1, 1, 1);
+    logger_step(&lg, 0, 1, 1, 1, 1, 1, false);
     ck_assert_str_eq(logger_finish(&lg), "");
     ck_assert(!file_exists(sub));
     rm_rf(dir);
@@ -935,7 +1255,15 @@ static Suite *make_suite(void) {
     tcase_add_exit_test(tc, load_extra_param_is_fatal, 1);
     tcase_add_exit_test(tc, load_corrupt_data_is_fatal, 1);
     tcase_add_exit_test(tc, load_without_optim_state_is_fatal, 1);
+    tcase_add_exit_test(tc, load_dataset_without_crc_is_fatal, 1);
+    tcase_add_exit_test(tc, load_negative_step_is_fatal, 1);
+    tcase_add_exit_test(tc, load_negative_optim_steps_is_fatal, 1);
     tcase_add_test(tc, load_errors_name_file_and_problem);
+    tcase_add_test(tc, adamw_skips_nonfinite_gradient);
+    tcase_add_test(tc, checkpoint_disk_full_keeps_earlier);
+    tcase_add_test(tc, checkpoint_refuses_nonfinite_state);
+    tcase_add_test(tc, find_resume_takes_newest_valid);
+    tcase_add_test(tc, checkpoint_fuzz_byte_flips);
     tcase_add_test(tc, logger_writes_tsv_and_plot);
     tcase_add_test(tc, logger_other_ranks_are_silent);
     suite_add_tcase(s, tc);

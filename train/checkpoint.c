@@ -4,7 +4,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <hdf5.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -13,19 +15,30 @@
 
 /* ---- small helpers ------------------------------------------------------------------------------- */
 
-/* A negative HDF5 result while writing `path`. */
-#define H5W(path, call)                                                                                   \
-    __extension__({                                                                                       \
-        __typeof__(call) r_ = (call);                                                                     \
-        if (r_ < 0) gdp_fatal("writing checkpoint '%s': HDF5 call %s failed (disk full? no permission?)", \
-                              (path), #call);                                                             \
-        r_;                                                                                               \
+/* The in-memory HDF5 file being built, closed by h5w_fail so that no error exits with it open
+ * (libhdf5's exit handler would try to flush it). */
+static hid_t building = -1;
+
+__attribute__((noreturn)) static void h5w_fail(const char *path, const char *call) {
+    char m[256];
+    h5_last_message(m);
+    if (building >= 0) H5Fclose(building);
+    building = -1;
+    gdp_fatal("building checkpoint '%s' in memory: HDF5 call %s failed: %s (out of host memory?)", path, call, m);
+}
+
+/* A negative HDF5 result while building the file for `path`. */
+#define H5W(path, call)                            \
+    __extension__({                                \
+        __typeof__(call) r_ = (call);              \
+        if (r_ < 0) h5w_fail((path), #call);       \
+        r_;                                        \
     })
 /* A negative HDF5 result while reading `path`. */
 #define H5R(path, what, call)                                                                            \
     __extension__({                                                                                      \
         __typeof__(call) r_ = (call);                                                                    \
-        if (r_ < 0) gdp_fatal("checkpoint '%s' is corrupt or truncated: cannot read %s", (path), (what)); \
+        if (r_ < 0) read_fatal("checkpoint '%s' is corrupt or truncated: cannot read %s", (path), (what)); \
         r_;                                                                                              \
     })
 
@@ -152,8 +165,8 @@ static int64_t ckpt_step_of(const char *name) {
     return step;
 }
 
-void checkpoint_prune(const char *dir, int keep_last, const char *protect) {
-    if (keep_last <= 0) return;
+/* The steps of DIR's ckpt_*.h5 files, newest first (malloc'd, *n of them). */
+static int64_t *list_steps(const char *dir, int *n_out) {
     DIR *d = opendir(dir);
     if (!d) gdp_fatal("cannot list checkpoint directory '%s': %s", dir, strerror(errno));
     int64_t *steps = NULL;
@@ -169,7 +182,15 @@ void checkpoint_prune(const char *dir, int keep_last, const char *protect) {
         steps[n++] = s;
     }
     closedir(d);
-    qsort(steps, (size_t)n, sizeof(int64_t), cmp_i64_desc);
+    if (n > 1) qsort(steps, (size_t)n, sizeof(int64_t), cmp_i64_desc);
+    *n_out = n;
+    return steps;
+}
+
+void checkpoint_prune(const char *dir, int keep_last, const char *protect) {
+    if (keep_last <= 0) return;
+    int n = 0;
+    int64_t *steps = list_steps(dir, &n);
     for (int i = keep_last; i < n; i++) {
         char p[4096];
         checkpoint_path(p, sizeof p, dir, steps[i]);
@@ -179,18 +200,88 @@ void checkpoint_prune(const char *dir, int keep_last, const char *protect) {
     free(steps);
 }
 
+/* Writes all of buf to path (created or truncated) and fsyncs it. On failure closes and deletes
+ * path and returns false with errno set; no partial file is left behind. */
+static bool write_file_durably(const char *path, const void *buf, size_t n, size_t *written) {
+    *written = 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    if (fd < 0) return false;
+    const char *p = (const char *)buf;
+    while (*written < n) {
+        ssize_t w = write(fd, p + *written, n - *written);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = ENOSPC;
+            break;
+        }
+        *written += (size_t)w;
+    }
+    if (*written == n && fsync(fd) == 0) {
+        if (close(fd) == 0) return true;
+        fd = -1;
+    }
+    int e = errno;
+    if (fd >= 0) close(fd);
+    unlink(path);
+    errno = e;
+    return false;
+}
+
 static void write_latest(const char *dir, const char *final_path) {
     const char *base = strrchr(final_path, '/');
     base = base ? base + 1 : final_path;
-    char tmp[4096], dst[4096];
+    char tmp[4096], dst[4096], text[1024];
     snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
     snprintf(dst, sizeof dst, "%s/latest", dir);
-    FILE *f = xfopen(tmp, "w");
-    if (fprintf(f, "%s\n", base) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0)
-        gdp_fatal("writing '%s' failed: %s (disk full?)", tmp, strerror(errno));
-    fclose(f);
-    if (rename(tmp, dst) != 0) gdp_fatal("cannot rename '%s' to '%s': %s", tmp, dst, strerror(errno));
+    int n = snprintf(text, sizeof text, "%s\n", base);
+    size_t done;
+    if (!write_file_durably(tmp, text, (size_t)n, &done))
+        gdp_fatal("writing '%s' failed: %s (disk full?); '%s' is complete, resume from it", tmp, strerror(errno),
+                  final_path);
+    if (rename(tmp, dst) != 0) {
+        int e = errno;
+        unlink(tmp);
+        gdp_fatal("cannot rename '%s' to '%s': %s; '%s' is complete, resume from it", tmp, dst, strerror(e),
+                  final_path);
+    }
     fsync_path(dir, true);
+}
+
+/* The whole-file check (see checkpoint.h): CRC-32 of every byte of the file, the 4 bytes of the
+ * stored CRC counted as zeros. `at` is the offset of buf in the file. */
+static uLong crc_update_skipping_field(uLong crc, const unsigned char *buf, size_t n, uint64_t at) {
+    static const unsigned char zeros[4] = {0};
+    const uint64_t f0 = CKPT_HEADER_CRC_AT, f1 = CKPT_HEADER_CRC_AT + 4;
+    if (at + n <= f0 || at >= f1) return crc32_z(crc, buf, n);
+    size_t before = at < f0 ? (size_t)(f0 - at) : 0;
+    crc = crc32_z(crc, buf, before);
+    size_t in_field = (size_t)(GDP_MIN((uint64_t)(at + n), f1) - (at + before));
+    crc = crc32_z(crc, zeros, in_field);
+    return crc32_z(crc, buf + before + in_field, n - before - in_field);
+}
+
+static void put_le(unsigned char *p, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_le(const unsigned char *p, int bytes) {
+    uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+/* NULL when every value is finite, else the name of the first tensor with a NaN or Inf (and its
+ * element in *at). */
+static const char *first_nonfinite(const ParamStore *ps, const float *flat, int64_t *at) {
+    for (int i = 0; i < ps->n; i++) {
+        const float *x = flat + ps->items[i].offset;
+        for (int64_t j = 0; j < ps->items[i].t->numel; j++)
+            if (!isfinite(x[j])) {
+                *at = j;
+                return ps->items[i].t->name;
+            }
+    }
+    return NULL;
 }
 
 char *checkpoint_save(const char *dir, ParamStore *ps, Optimizer *opt, const CheckpointMeta *meta, int keep_last,
@@ -199,6 +290,11 @@ char *checkpoint_save(const char *dir, ParamStore *ps, Optimizer *opt, const Che
     GDP_CHECK(ps && ps->allocated, "checkpoint_save: the ParamStore is not allocated");
     GDP_CHECK(meta, "checkpoint_save: no metadata given");
     GDP_CHECK(!opt || opt->ps == ps, "checkpoint_save: the optimizer belongs to another ParamStore");
+    GDP_CHECK(meta->step >= 0, "checkpoint_save: step %lld is negative", (long long)meta->step);
+    GDP_CHECK(meta->n_loader >= 0 && meta->n_loader <= CHECKPOINT_MAX_STATE && meta->n_train_state >= 0 &&
+                  meta->n_train_state <= CHECKPOINT_MAX_STATE,
+              "checkpoint_save: %d loader and %d trainer state values (at most %d each)", meta->n_loader,
+              meta->n_train_state, CHECKPOINT_MAX_STATE);
     int rank = dist ? dist->rank : 0;
     float *m_full = NULL, *v_full = NULL;
     if (opt) gather_optim(opt, dist, &m_full, &v_full); /* collective */
@@ -219,9 +315,32 @@ char *checkpoint_save(const char *dir, ParamStore *ps, Optimizer *opt, const Che
     float *params = (float *)xmalloc((size_t)ps->total * sizeof(float));
     ctx_synchronize(ps->ctx);
     device_memcpy(params, DEV_CPU, ps->flat_params, ps->ctx->device, (size_t)ps->total * sizeof(float));
+    /* A NaN in the state would make every later resume useless: keep the earlier checkpoints. */
+    const float *tensors[3] = {params, m_full, v_full};
+    const char *kinds[3] = {"parameter", "AdamW first moment of", "AdamW second moment of"};
+    for (int k = 0; k < (opt ? 3 : 1); k++) {
+        int64_t at = 0;
+        const char *bad = first_nonfinite(ps, tensors[k], &at);
+        if (bad)
+            gdp_fatal("not writing checkpoint '%s': %s %s holds a non-finite value (element %lld); the earlier "
+                      "checkpoints in '%s' are untouched",
+                      final_path, kinds[k], bad, (long long)at, dir);
+    }
 
-    hid_t f = H5Fcreate(tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (f < 0) gdp_fatal("cannot create checkpoint file '%s' (directory writable? disk full?)", tmp_path);
+    /* Built in memory (HDF5's core driver) and written with plain write(): a full disk is then one
+     * failed write() we handle, never an HDF5 file left half-flushed, and the whole-file CRC is
+     * computed on the bytes that go to disk. */
+    double payload = (double)ps->total * 4.0 * (opt ? 3.0 : 1.0);
+    size_t increment = (size_t)GDP_MIN(payload + 4.0 * 1048576, 1024.0 * 1048576);
+    hid_t fcpl = H5W(tmp_path, H5Pcreate(H5P_FILE_CREATE));
+    H5W(tmp_path, H5Pset_userblock(fcpl, CKPT_HEADER_BYTES));
+    hid_t fapl = H5W(tmp_path, H5Pcreate(H5P_FILE_ACCESS));
+    H5W(tmp_path, H5Pset_fapl_core(fapl, increment, 0));
+    hid_t f = H5Fcreate(tmp_path, H5F_ACC_TRUNC, fcpl, fapl);
+    if (f < 0) h5w_fail(tmp_path, "H5Fcreate");
+    building = f;
+    H5Pclose(fcpl);
+    H5Pclose(fapl);
     const char *path = tmp_path;
     write_attr_string(path, f, "format", CHECKPOINT_FORMAT);
     int fv = CHECKPOINT_FORMAT_VERSION;
@@ -232,6 +351,8 @@ char *checkpoint_save(const char *dir, ParamStore *ps, Optimizer *opt, const Che
     write_attr_scalar(path, f, "optim_steps", H5T_STD_I64LE, H5T_NATIVE_LLONG, &osteps);
     write_attr_array(path, f, "rng_state", H5T_STD_U64LE, H5T_NATIVE_UINT64, meta->rng.s, 4);
     write_attr_array(path, f, "loader_state", H5T_STD_I64LE, H5T_NATIVE_INT64, meta->loader_state, meta->loader_state ? meta->n_loader : 0);
+    write_attr_array(path, f, "train_state", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, meta->train_state,
+                     meta->train_state ? meta->n_train_state : 0);
     write_attr_string(path, f, "config", meta->config);
     int world = meta->world_size > 0 ? meta->world_size : (dist ? dist->world : 1);
     write_attr_scalar(path, f, "world_size", H5T_STD_I32LE, H5T_NATIVE_INT, &world);
@@ -252,14 +373,40 @@ char *checkpoint_save(const char *dir, ParamStore *ps, Optimizer *opt, const Che
         H5W(path, H5Gclose(gv));
         H5W(path, H5Gclose(go));
     }
-    if (H5Fclose(f) < 0) gdp_fatal("closing checkpoint file '%s' failed (disk full?)", tmp_path);
     free(params);
     free(m_full);
     free(v_full);
+    H5W(path, H5Fflush(f, H5F_SCOPE_LOCAL));
+    /* The image starts at HDF5's base address, after the user block we reserved for the header. */
+    ssize_t hdf5_bytes = H5W(path, H5Fget_file_image(f, NULL, 0));
+    ssize_t size = hdf5_bytes + CKPT_HEADER_BYTES;
+    unsigned char *image = (unsigned char *)xmalloc((size_t)size);
+    H5W(path, H5Fget_file_image(f, image + CKPT_HEADER_BYTES, (size_t)hdf5_bytes));
+    building = -1;
+    if (H5Fclose(f) < 0) gdp_fatal("checkpoint '%s': closing the in-memory HDF5 file failed", path);
 
-    fsync_path(tmp_path, false);
-    if (rename(tmp_path, final_path) != 0)
-        gdp_fatal("cannot rename '%s' to '%s': %s", tmp_path, final_path, strerror(errno));
+    /* The CRC covers the header too. */
+    memset(image, 0, CKPT_HEADER_BYTES);
+    memcpy(image, CKPT_HEADER_MAGIC, CKPT_HEADER_MAGIC_LEN);
+    put_le(image + CKPT_HEADER_SIZE_AT, (uint64_t)size, 8);
+    put_le(image + CKPT_HEADER_CRC_AT + 4, CKPT_HEADER_VERSION, 4);
+    uLong crc = crc_update_skipping_field(crc32_z(0L, Z_NULL, 0), image, (size_t)size, 0);
+    put_le(image + CKPT_HEADER_CRC_AT, (uint64_t)crc, 4);
+
+    size_t written = 0;
+    if (!write_file_durably(tmp_path, image, (size_t)size, &written)) {
+        int e = errno;
+        free(image);
+        gdp_fatal("writing checkpoint '%s' failed after %zu of %zd bytes: %s (disk full? quota? file size "
+                  "limit?); the partial file was removed and the earlier checkpoints in '%s' are untouched",
+                  tmp_path, written, size, strerror(e), dir);
+    }
+    free(image);
+    if (rename(tmp_path, final_path) != 0) {
+        int e = errno;
+        unlink(tmp_path);
+        gdp_fatal("cannot rename '%s' to '%s': %s", tmp_path, final_path, strerror(e));
+    }
     fsync_path(dir, true);
     write_latest(dir, final_path);
     checkpoint_prune(dir, keep_last, final_path);
@@ -272,25 +419,126 @@ char *checkpoint_save(const char *dir, ParamStore *ps, Optimizer *opt, const Che
 
 /* ---- reading --------------------------------------------------------------------------------------- */
 
+typedef enum { VERIFY_OK, VERIFY_LEGACY, VERIFY_BAD } VerifyResult;
+
+/* Checks the whole file against its header before HDF5 parses a byte of it: a flipped bit in
+ * HDF5's own metadata can crash libhdf5, which no check after H5Fopen could prevent. VERIFY_BAD
+ * leaves the reason in why. */
+static VerifyResult verify_file(const char *path, char *why, size_t len) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        snprintf(why, len, "cannot open it: %s", strerror(errno));
+        return VERIFY_BAD;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        snprintf(why, len, "it is not a regular file");
+        return VERIFY_BAD;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    size_t cap = 1 << 20;
+    unsigned char *buf = (unsigned char *)xmalloc(cap);
+    ssize_t got = pread(fd, buf, CKPT_HEADER_BYTES, 0);
+    static const unsigned char hdf5_sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    VerifyResult res = VERIFY_BAD;
+    if (got >= 8 && !memcmp(buf, hdf5_sig, 8)) {
+        res = VERIFY_LEGACY;
+    } else if (got < CKPT_HEADER_BYTES || memcmp(buf, CKPT_HEADER_MAGIC, CKPT_HEADER_MAGIC_LEN) != 0) {
+        snprintf(why, len, "it starts with neither a gdp.c checkpoint header nor an HDF5 signature (%lld bytes)",
+                 (long long)size);
+    } else if (get_le(buf + CKPT_HEADER_CRC_AT + 4, 4) != CKPT_HEADER_VERSION) {
+        snprintf(why, len, "its header has layout %llu; this gdp.c (%s) reads layout %d (newer gdp.c? or corrupt)",
+                 (unsigned long long)get_le(buf + CKPT_HEADER_CRC_AT + 4, 4), GDP_VERSION, CKPT_HEADER_VERSION);
+    } else if (get_le(buf + CKPT_HEADER_SIZE_AT, 8) != size) {
+        snprintf(why, len, "it is %llu bytes but was written with %llu (truncated, or a corrupt header)",
+                 (unsigned long long)size, (unsigned long long)get_le(buf + CKPT_HEADER_SIZE_AT, 8));
+    } else {
+        uLong want = (uLong)get_le(buf + CKPT_HEADER_CRC_AT, 4), crc = crc32_z(0L, Z_NULL, 0);
+        uint64_t at = 0;
+        while (at < size) {
+            size_t n = (size_t)GDP_MIN((uint64_t)cap, size - at);
+            ssize_t r = pread(fd, buf, n, (off_t)at);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) break;
+            crc = crc_update_skipping_field(crc, buf, (size_t)r, at);
+            at += (uint64_t)r;
+        }
+        if (at != size)
+            snprintf(why, len, "reading it failed after %llu of %llu bytes: %s", (unsigned long long)at,
+                     (unsigned long long)size, strerror(errno));
+        else if (crc != want)
+            snprintf(why, len, "its bytes fail the whole-file checksum (crc32 %08lx, stored %08lx)", (unsigned long)crc,
+                     (unsigned long)want);
+        else
+            res = VERIFY_OK;
+    }
+    free(buf);
+    close(fd);
+    return res;
+}
+
+bool checkpoint_verify(const char *path, char *why, size_t len) {
+    char tmp[512];
+    VerifyResult r = verify_file(path, tmp, sizeof tmp);
+    if (r == VERIFY_LEGACY) snprintf(tmp, sizeof tmp, "it has no whole-file checksum (written by an older gdp.c)");
+    if (why && len) snprintf(why, len, "%s", r == VERIFY_OK ? "" : tmp);
+    return r == VERIFY_OK;
+}
+
+/* The checkpoint being read, closed (with everything opened in it: H5F_CLOSE_STRONG) before a read
+ * error exits. */
+static hid_t reading = -1;
+
+static void close_reading(void) {
+    if (reading >= 0) H5Fclose(reading);
+    reading = -1;
+}
+
+__attribute__((noreturn, format(printf, 3, 4))) static void read_fatal_at(const char *file, int line, const char *fmt,
+                                                                          ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    close_reading();
+    gdp_fatal_at(file, line, "%s", msg);
+}
+#define read_fatal(...) read_fatal_at(__FILE__, __LINE__, __VA_ARGS__)
+
 static hid_t open_checkpoint(const char *path) {
     h5_quiet();
     struct stat st;
     if (stat(path, &st) != 0) gdp_fatal("checkpoint '%s' does not exist: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode)) gdp_fatal("checkpoint '%s' is not a regular file", path);
+    char why[512];
+    VerifyResult v = verify_file(path, why, sizeof why);
+    if (v == VERIFY_BAD) gdp_fatal("checkpoint '%s' is corrupt or not a gdp.c checkpoint: %s", path, why);
+    if (v == VERIFY_LEGACY)
+        fprintf(stderr, "gdp: warning: '%s' has no whole-file checksum (a checkpoint of an older gdp.c, or another "
+                        "HDF5 file): only its datasets' checksums are checked\n", path);
     htri_t is = H5Fis_hdf5(path);
     if (is <= 0) gdp_fatal("'%s' is not an HDF5 file, so not a gdp.c checkpoint (or its header is corrupt)", path);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)
+        gdp_fatal("checkpoint '%s': cannot set up HDF5 file access (out of memory?)", path);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
     if (f < 0) gdp_fatal("cannot open checkpoint '%s': the HDF5 file is truncated or corrupt", path);
-    if (H5Aexists(f, "format") <= 0)
+    if (H5Aexists(f, "format") <= 0) {
+        H5Fclose(f);
         gdp_fatal("'%s' is an HDF5 file but not a gdp.c checkpoint (it has no 'format' attribute)", path);
+    }
+    reading = f;
     return f;
 }
 
 static char *read_attr_string(const char *path, hid_t obj, const char *name) {
-    if (H5Aexists(obj, name) <= 0) gdp_fatal("checkpoint '%s' has no '%s' attribute", path, name);
+    if (H5Aexists(obj, name) <= 0) read_fatal("checkpoint '%s' has no '%s' attribute", path, name);
     hid_t a = H5R(path, name, H5Aopen(obj, name, H5P_DEFAULT));
     hid_t t = H5R(path, name, H5Aget_type(a));
-    if (H5Tget_class(t) != H5T_STRING) gdp_fatal("checkpoint '%s': attribute '%s' is not a string", path, name);
+    if (H5Tget_class(t) != H5T_STRING) read_fatal("checkpoint '%s': attribute '%s' is not a string", path, name);
     char *out;
     if (H5Tis_variable_str(t) > 0) {
         hid_t mt = H5R(path, name, H5Tcopy(H5T_C_S1));
@@ -316,7 +564,7 @@ static char *read_attr_string(const char *path, hid_t obj, const char *name) {
 }
 
 static long long read_attr_ll(const char *path, hid_t obj, const char *name) {
-    if (H5Aexists(obj, name) <= 0) gdp_fatal("checkpoint '%s' has no '%s' attribute", path, name);
+    if (H5Aexists(obj, name) <= 0) read_fatal("checkpoint '%s' has no '%s' attribute", path, name);
     hid_t a = H5R(path, name, H5Aopen(obj, name, H5P_DEFAULT));
     long long v = 0;
     H5R(path, name, H5Aread(a, H5T_NATIVE_LLONG, &v));
@@ -324,12 +572,15 @@ static long long read_attr_ll(const char *path, hid_t obj, const char *name) {
     return v;
 }
 
-/* A 1-D integer array attribute (n elements, NULL when n is 0). */
+/* A 1-D numeric array attribute (n elements, NULL when n is 0); at most CHECKPOINT_MAX_STATE. */
 static void *read_attr_array(const char *path, hid_t obj, const char *name, hid_t memtype, size_t elem, int *n_out) {
-    if (H5Aexists(obj, name) <= 0) gdp_fatal("checkpoint '%s' has no '%s' attribute", path, name);
+    if (H5Aexists(obj, name) <= 0) read_fatal("checkpoint '%s' has no '%s' attribute", path, name);
     hid_t a = H5R(path, name, H5Aopen(obj, name, H5P_DEFAULT));
     hid_t sp = H5R(path, name, H5Aget_space(a));
     hssize_t n = H5Sget_simple_extent_type(sp) == H5S_NULL ? 0 : H5R(path, name, H5Sget_simple_extent_npoints(sp));
+    if (n > CHECKPOINT_MAX_STATE)
+        read_fatal("checkpoint '%s' is corrupt: attribute '%s' has %lld values (at most %d)", path, name, (long long)n,
+                   CHECKPOINT_MAX_STATE);
     void *buf = NULL;
     if (n > 0) {
         buf = xcalloc((size_t)n, elem);
@@ -345,11 +596,11 @@ static void read_meta(const char *path, hid_t f, CheckpointInfo *info) {
     memset(info, 0, sizeof(*info));
     char *fmt = read_attr_string(path, f, "format");
     if (strcmp(fmt, CHECKPOINT_FORMAT) != 0)
-        gdp_fatal("'%s' is an HDF5 file but not a gdp.c checkpoint (format attribute is '%s')", path, fmt);
+        read_fatal("'%s' is an HDF5 file but not a gdp.c checkpoint (format attribute is '%s')", path, fmt);
     free(fmt);
     info->format_version = (int)read_attr_ll(path, f, "format_version");
     if (info->format_version > CHECKPOINT_FORMAT_VERSION || info->format_version < 1)
-        gdp_fatal("checkpoint '%s' has format version %d; this gdp.c (%s) reads versions 1 to %d: use a newer gdp.c",
+        read_fatal("checkpoint '%s' has format version %d; this gdp.c (%s) reads versions 1 to %d: use a newer gdp.c",
                   path, info->format_version, GDP_VERSION, CHECKPOINT_FORMAT_VERSION);
     char *ver = read_attr_string(path, f, "gdp_version");
     snprintf(info->gdp_version, sizeof info->gdp_version, "%s", ver);
@@ -357,16 +608,36 @@ static void read_meta(const char *path, hid_t f, CheckpointInfo *info) {
     info->step = read_attr_ll(path, f, "step");
     info->optim_steps = read_attr_ll(path, f, "optim_steps");
     int n = 0;
-    uint64_t *rng = (uint64_t *)read_attr_array(path, f, "rng_state", H5T_NATIVE_UINT64, sizeof(uint64_t), &n);
-    if (n != 4) gdp_fatal("checkpoint '%s': rng_state has %d values, expected 4", path, n);
-    memcpy(info->rng.s, rng, sizeof info->rng.s);
-    free(rng);
+    uint64_t *rng_s = (uint64_t *)read_attr_array(path, f, "rng_state", H5T_NATIVE_UINT64, sizeof(uint64_t), &n);
+    if (n != 4) read_fatal("checkpoint '%s': rng_state has %d values, expected 4", path, n);
+    Rng rng;
+    memcpy(rng.s, rng_s, sizeof rng.s);
+    free(rng_s);
+    info->rng = rng;
     info->loader_state = (int64_t *)read_attr_array(path, f, "loader_state", H5T_NATIVE_INT64, sizeof(int64_t), &n);
     info->n_loader = n;
+    /* train_state came later: older checkpoints have none */
+    if (H5Aexists(f, "train_state") > 0) {
+        info->train_state = (double *)read_attr_array(path, f, "train_state", H5T_NATIVE_DOUBLE, sizeof(double), &n);
+        info->n_train_state = n;
+    }
     info->config = read_attr_string(path, f, "config");
-    info->world_size = (int)read_attr_ll(path, f, "world_size");
-    info->zero_stage = (int)read_attr_ll(path, f, "zero_stage");
+    long long world = read_attr_ll(path, f, "world_size"), zs = read_attr_ll(path, f, "zero_stage");
     info->has_optim = H5Lexists(f, "optim", H5P_DEFAULT) > 0;
+    /* Hand-edited or corrupt values would otherwise train from a negative step or divide by a zero
+     * bias correction. */
+    if (info->step < 0 || info->step > CHECKPOINT_MAX_STEP)
+        read_fatal("checkpoint '%s': step = %lld is out of range (0 to %lld)", path, (long long)info->step,
+                   (long long)CHECKPOINT_MAX_STEP);
+    if (info->optim_steps < 0 || info->optim_steps > info->step || (!info->has_optim && info->optim_steps != 0))
+        read_fatal("checkpoint '%s': optim_steps = %lld is out of range (0 to step = %lld%s)", path,
+                   (long long)info->optim_steps, (long long)info->step,
+                   info->has_optim ? "" : ", and 0 without optimizer state");
+    if (world < 1 || world > (1 << 24))
+        read_fatal("checkpoint '%s': world_size = %lld is out of range (1 to %d)", path, world, 1 << 24);
+    if (zs != 0 && zs != 1) read_fatal("checkpoint '%s': zero_stage = %lld must be 0 or 1", path, zs);
+    info->world_size = (int)world;
+    info->zero_stage = (int)zs;
 }
 
 static const char *shape_str(char *buf, size_t len, int ndim, const int64_t *shape) {
@@ -379,7 +650,7 @@ static const char *shape_str(char *buf, size_t len, int ndim, const int64_t *sha
 
 /* Reads every parameter-shaped tensor of group `gname` into host (flat layout); checks names and shapes. */
 static void read_group(const char *path, hid_t f, const char *gname, ParamStore *ps, float *host) {
-    if (H5Lexists(f, gname, H5P_DEFAULT) <= 0) gdp_fatal("checkpoint '%s' has no group /%s", path, gname);
+    if (H5Lexists(f, gname, H5P_DEFAULT) <= 0) read_fatal("checkpoint '%s' has no group /%s", path, gname);
     hid_t g = H5R(path, gname, H5Gopen2(f, gname, H5P_DEFAULT));
     H5G_info_t gi;
     H5R(path, gname, H5Gget_info(g, &gi));
@@ -388,7 +659,7 @@ static void read_group(const char *path, hid_t f, const char *gname, ParamStore 
         char what[256], a[160], b[160];
         snprintf(what, sizeof what, "/%s/%s", gname, t->name);
         if (H5Lexists(g, t->name, H5P_DEFAULT) <= 0)
-            gdp_fatal("checkpoint '%s' has no parameter %s: it was written for a different model (check the config)",
+            read_fatal("checkpoint '%s' has no parameter %s: it was written for a different model (check the config)",
                       path, what);
         hid_t ds = H5R(path, what, H5Dopen2(g, t->name, H5P_DEFAULT));
         hid_t sp = H5R(path, what, H5Dget_space(ds));
@@ -402,21 +673,24 @@ static void read_group(const char *path, hid_t f, const char *gname, ParamStore 
             if (same && shape[k] != t->shape[k]) same = false;
         }
         if (!same)
-            gdp_fatal("checkpoint '%s': %s has shape %s but the model's parameter has shape %s", path, what,
+            read_fatal("checkpoint '%s': %s has shape %s but the model's parameter has shape %s", path, what,
                       shape_str(a, sizeof a, nd, shape), shape_str(b, sizeof b, t->ndim, t->shape));
         hid_t ty = H5R(path, what, H5Dget_type(ds));
-        if (H5Tget_class(ty) != H5T_FLOAT) gdp_fatal("checkpoint '%s': %s is not a floating-point dataset", path, what);
+        if (H5Tget_class(ty) != H5T_FLOAT) read_fatal("checkpoint '%s': %s is not a floating-point dataset", path, what);
         H5Tclose(ty);
         float *dst = host + ps->items[i].offset;
         H5R(path, what, H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst));
-        if (H5Aexists(ds, "crc32") > 0) {
+        if (H5Aexists(ds, "crc32") <= 0)
+            read_fatal("checkpoint '%s' is corrupt: %s has no crc32 attribute, so its data cannot be checked", path,
+                       what);
+        {
             hid_t at = H5R(path, what, H5Aopen(ds, "crc32", H5P_DEFAULT));
             unsigned int want = 0;
             H5R(path, what, H5Aread(at, H5T_NATIVE_UINT, &want));
             H5Aclose(at);
             unsigned int got = (unsigned int)crc32_z(0L, (const Bytef *)dst, (size_t)t->numel * sizeof(float));
             if (got != want)
-                gdp_fatal("checkpoint '%s' is corrupt: the data of %s fails its checksum (crc32 %08x, stored %08x)",
+                read_fatal("checkpoint '%s' is corrupt: the data of %s fails its checksum (crc32 %08x, stored %08x)",
                           path, what, got, want);
         }
         H5Sclose(sp);
@@ -429,11 +703,11 @@ static void read_group(const char *path, hid_t f, const char *gname, ParamStore 
             ssize_t len = H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, k, name, sizeof name, H5P_DEFAULT);
             if (len < 0) break;
             if (!params_find(ps, name))
-                gdp_fatal("checkpoint '%s' has /%s/%s, which the model does not have: it was written for a different "
+                read_fatal("checkpoint '%s' has /%s/%s, which the model does not have: it was written for a different "
                           "model (check the config)",
                           path, gname, name);
         }
-        gdp_fatal("checkpoint '%s': /%s holds %llu entries but the model has %d parameters", path, gname,
+        read_fatal("checkpoint '%s': /%s holds %llu entries but the model has %d parameters", path, gname,
                   (unsigned long long)gi.nlinks, ps->n);
     }
     H5Gclose(g);
@@ -442,7 +716,7 @@ static void read_group(const char *path, hid_t f, const char *gname, ParamStore 
 void checkpoint_read_info(const char *path, CheckpointInfo *info) {
     hid_t f = open_checkpoint(path);
     read_meta(path, f, info);
-    H5Fclose(f);
+    close_reading();
 }
 
 char *checkpoint_read_config(const char *path) {
@@ -457,8 +731,10 @@ char *checkpoint_read_config(const char *path) {
 void checkpoint_info_free(CheckpointInfo *info) {
     if (!info) return;
     free(info->loader_state);
+    free(info->train_state);
     free(info->config);
     info->loader_state = NULL;
+    info->train_state = NULL;
     info->config = NULL;
 }
 
@@ -469,7 +745,7 @@ void checkpoint_load(const char *path, ParamStore *ps, Optimizer *opt, Checkpoin
     CheckpointInfo meta;
     read_meta(path, f, &meta);
     if (opt && !meta.has_optim)
-        gdp_fatal("checkpoint '%s' holds no optimizer state (/optim), so training cannot resume from it", path);
+        read_fatal("checkpoint '%s' holds no optimizer state (/optim), so training cannot resume from it", path);
 
     float *host = (float *)xcalloc((size_t)ps->total, sizeof(float));
     read_group(path, f, "params", ps, host);
@@ -489,7 +765,7 @@ void checkpoint_load(const char *path, ParamStore *ps, Optimizer *opt, Checkpoin
         opt->t = meta.optim_steps;
     }
     free(host);
-    H5Fclose(f);
+    close_reading();
     if (info)
         *info = meta;
     else
@@ -507,13 +783,62 @@ char *checkpoint_latest(const char *dir) {
     size_t n = strlen(name);
     while (n > 0 && (name[n - 1] == '\n' || name[n - 1] == '\r' || name[n - 1] == ' ')) name[--n] = '\0';
     if (n == 0 || strchr(name, '/'))
-        gdp_fatal("'%s' should hold one checkpoint file name (like ckpt_00000100.h5) but holds '%s'", lp, name);
+        read_fatal("'%s' should hold one checkpoint file name (like ckpt_00000100.h5) but holds '%s'", lp, name);
     size_t len = strlen(dir) + 1 + n + 1;
     char *path = (char *)xmalloc(len);
     snprintf(path, len, "%s/%s", dir, name);
     struct stat st;
     if (stat(path, &st) != 0)
-        gdp_fatal("'%s' names checkpoint '%s', which does not exist (deleted?): fix or remove the latest file", lp,
+        read_fatal("'%s' names checkpoint '%s', which does not exist (deleted?): fix or remove the latest file", lp,
                   path);
     return path;
+}
+
+char *checkpoint_find_resume(const char *dir, char *note, size_t len) {
+    if (len) note[0] = '\0';
+    char lp[4096], named[1024] = "";
+    snprintf(lp, sizeof lp, "%s/latest", dir);
+    FILE *fp = fopen(lp, "r");
+    if (fp) {
+        if (!fgets(named, sizeof named, fp)) named[0] = '\0';
+        fclose(fp);
+        size_t k = strlen(named);
+        while (k > 0 && (named[k - 1] == '\n' || named[k - 1] == '\r' || named[k - 1] == ' ')) named[--k] = '\0';
+    }
+    int n = 0;
+    int64_t *steps = list_steps(dir, &n);
+    char path[4096];
+    size_t used = 0;
+    char *found = NULL;
+    for (int i = 0; i < n && !found; i++) {
+        checkpoint_path(path, sizeof path, dir, steps[i]);
+        const char *base = strrchr(path, '/') + 1;
+        /* the usual case: `latest` names the newest file, which checkpoint_load verifies anyway */
+        if (i == 0 && !strcmp(base, named)) {
+            found = path;
+            break;
+        }
+        char why[512];
+        if (verify_file(path, why, sizeof why) == VERIFY_BAD) {
+            if (used < len)
+                used += (size_t)snprintf(note + used, len - used, "skipping '%s': %s; ", path, why);
+            continue;
+        }
+        found = path;
+        if (used < len)
+            used += (size_t)snprintf(note + used, len - used, "%s; resuming from the newest valid checkpoint, '%s'",
+                                     !fp              ? "the folder has no 'latest' file (a run stopped before writing it)"
+                                     : !named[0]      ? "its 'latest' file is empty"
+                                     : !strcmp(base, named) ? "newer checkpoints are unreadable"
+                                                      : "its 'latest' file names an older or missing checkpoint (a run "
+                                                        "stopped between writing the checkpoint and updating "
+                                                        "'latest')",
+                                     path);
+    }
+    free(steps);
+    if (!found) return NULL;
+    size_t plen = strlen(found) + 1;
+    char *out = (char *)xmalloc(plen);
+    memcpy(out, found, plen);
+    return out;
 }

@@ -128,6 +128,11 @@ long long cli_int(const char *flag, const char *text, long long lo, long long hi
     char *end = NULL;
     errno = 0;
     long long v = strtoll(text, &end, 10);
+    if (errno == ERANGE && end && end != text && !*end) { /* a whole number, too large for any flag */
+        if (parsing) cli_usage_error(parsing, "--%s %s is out of range: use a value from %lld to %lld", flag, text, lo, hi);
+        fprintf(stderr, "gdp: --%s %s is out of range: use a value from %lld to %lld\n", flag, text, lo, hi);
+        exit(2);
+    }
     if (errno || !end || end == text || *end) {
         if (parsing) cli_usage_error(parsing, "--%s '%s' is not a whole number", flag, text);
         fprintf(stderr, "gdp: --%s '%s' is not a whole number\n", flag, text);

@@ -120,6 +120,7 @@ int cmd_generate(int argc, char **argv) {
     }
     double dt = gdp_now_seconds() - t0;
     printf("\n");
+    fflush(stdout); /* the sample ends before the stats line when both streams go to one file */
     fprintf(stderr, "generated %lld tokens after a %lld-token prompt in %.2f s (%.1f tokens/s, %s)\n",
             (long long)a.tokens, (long long)np, dt, dt > 0 ? a.tokens / dt : 0.0, device_name(dev));
     decode_free(&st);

@@ -105,15 +105,13 @@ static void evaluate_checkpoint(const char *ckpt, Device dev, const Group *g, in
     GDP_CHECK(cfg.num_labels == g->order,
               "checkpoint '%s' has %d labels, group %s has %d elements: it was trained on another task", ckpt,
               cfg.num_labels, g->name, g->order);
-    const double MiB = 1048576.0;
-    CtxSizes s = train_ctx_sizes(&cfg, B, T, dev, NULL);
-    s.persist_bytes = (size_t)(8.0 * (double)model_config_param_count(&cfg) + 64 * MiB);
-    s.grad_bytes = (size_t)(16 * MiB); /* no backward */
-    Ctx *ctx = ctx_create(dev, s);
-    ctx->grad_enabled = false;
+    MemorySpec spec = memory_spec_default(dev, B, T);
+    spec.train = false; /* forward passes only */
     ParamStore ps;
     Model m;
-    model_create(&m, &cfg, ctx, &ps, 0);
+    MemoryPlan plan;
+    Ctx *ctx = memory_plan_create(&cfg, &spec, 0, &m, &ps, &plan);
+    ctx->grad_enabled = false;
     checkpoint_load(ckpt, &ps, NULL, NULL);
 
     TaskGen gen;

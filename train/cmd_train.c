@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/common.h"
 #include "core/params.h"
@@ -21,6 +23,7 @@
 #include "train/cli.h"
 #include "train/commands.h"
 #include "train/logger.h"
+#include "train/memory_plan.h"
 #include "train/optim.h"
 #include "train/train.h"
 
@@ -42,6 +45,8 @@ TrainOptions train_default_options(void) {
     o.print_every = 1;
     o.peak_tflops = 989.0;
     o.bf16_gemm_copies = true;
+    o.max_skips = 10;
+    o.skip_window = 128;
     return o;
 }
 
@@ -83,22 +88,6 @@ bool train_resolve_config(const TrainOptions *o, ModelConfig *cfg, bool *vocab_g
 
 /* ---- memory ------------------------------------------------------------------------------------- */
 
-/* Blocks whose activations are alive at once: all of them, or one with --recompute (the others
- * keep only their input). */
-static double live_blocks(const ModelConfig *c, const TrainOptions *o) {
-    return o && o->recompute ? 1.0 : (double)c->num_hidden_layers;
-}
-
-/* Floats per token the forward keeps (activations and saved tensors), by the model's widths. An
- * over-estimate: measured use is about 0.55-0.65 of it for acts and 1.2x of it for grads. */
-static double act_floats_per_token(const ModelConfig *c, const TrainOptions *o) {
-    double D = c->hidden_size, I = cfg_intermediate(c), kd = cfg_key_dim(c), vd = cfg_value_dim(c);
-    double s = cfg_slots(c), H = c->num_heads;
-    double layer = 12 * D + 4 * I + 5 * (kd + s * kd + s * vd) + 4 * vd + 6 * s * H + 6 * H;
-    double kept = o && o->recompute ? c->num_hidden_layers * D : 0; /* the recomputed blocks' inputs */
-    return live_blocks(c, o) * layer + kept + 3.0 * cfg_out_dim(c) + 4 * D;
-}
-
 bool train_autocast_bf16(const TrainOptions *o, Device dev) {
     if (!o->autocast || !strcmp(o->autocast, "auto")) return dev == DEV_CUDA;
     if (!strcmp(o->autocast, "off")) return false;
@@ -111,57 +100,22 @@ bool train_bf16_activations(const TrainOptions *o, Device dev) {
     return train_autocast_bf16(o, dev) && !o->f32_activations;
 }
 
-CtxSizes train_ctx_sizes(const ModelConfig *cfg, int64_t batch, int64_t seq, Device dev, const TrainOptions *o) {
-    CtxSizes s = ctx_default_sizes();
-    const double MiB = 1024.0 * 1024.0, tokens = (double)batch * seq;
-    double F = act_floats_per_token(cfg, o);
-    int64_t n_tensors = 24 * (int64_t)cfg->num_hidden_layers + 8;
-    double params = (double)model_config_param_count(cfg) + 64.0 * n_tensors; /* + alignment padding */
-    /* params, grads, AdamW m and v, all float32 */
-    s.persist_bytes = (size_t)(16.0 * params + 64 * MiB);
-    s.act_bytes = (size_t)(4.0 * tokens * F + 64 * MiB);
-    s.grad_bytes = (size_t)(7.0 * tokens * F + 64 * MiB);
-    /* per-op temporaries: gradients of the GDP op's inputs and, on CUDA, its workspace */
-    double kd = cfg_key_dim(cfg), vd = cfg_value_dim(cfg), sl = cfg_slots(cfg);
-    double scratch = 4.0 * tokens * 3 * (kd + sl * kd + sl * vd + sl * cfg->num_heads) + 64 * MiB;
-#ifdef GDP_CUDA
-    if (dev == DEV_CUDA) {
-        GdpDesc d = {.mode = cfg->mode, .B = (int)batch, .T = (int)seq, .H = cfg->num_heads, .K = cfg->head_dim,
-                     .V = cfg_head_v_dim(cfg), .n = cfg->num_householder, .dtype = GDP_F32};
-        size_t fw = gdp_forward_workspace_bytes(&d), bw = gdp_backward_workspace_bytes(&d);
-        scratch += (double)(fw > bw ? fw : bw);
-        if (!o || !o->selective_recompute || o->recompute) { /* each live layer's saved forward (layers/gdp_layer.c) */
-            d.dtype = o && train_autocast_bf16(o, dev) ? GDP_BF16 : GDP_F32;
-            s.act_bytes += (size_t)(live_blocks(cfg, o) * (double)gdp_saved_bytes(&d));
-        }
-    }
-#else
-    (void)dev;
-#endif
-    s.scratch_bytes = (size_t)scratch;
-    /* bf16 activations: the f32 estimate above covers them (with room to spare); the scratch must
-     * hold a bf16 copy of the widest weight. */
-    const double widest_weight = GDP_MAX(GDP_MAX((double)cfg->vocab_size, (double)cfg_intermediate(cfg)),
-                                         GDP_MAX(sl * kd, sl * vd)) * cfg->hidden_size;
-    if (o && train_bf16_activations(o, dev)) {
-        const double weight_copy = 2.0 * widest_weight + 16 * MiB;
-        if (weight_copy > (double)s.scratch_bytes) s.scratch_bytes = (size_t)weight_copy;
-    } else if (o && train_autocast_bf16(o, dev)) { /* the GDP op's bf16 copies of q, k, v, beta and o, and their grads */
-        double bf16_bytes = 2.0 * tokens * live_blocks(cfg, o) * (kd + sl * kd + sl * vd + sl * cfg->num_heads + vd);
-        s.act_bytes += (size_t)bf16_bytes;
-        s.grad_bytes += (size_t)bf16_bytes;
-        if (o->bf16_gemm_copies) { /* the linear GEMMs' bf16 operand copies (core/ops.h), widest weight too */
-            double gemm = (double)MATMUL_AUTOCAST_CHUNK_BYTES + 2.0 * widest_weight + 16 * MiB;
-            if (gemm > (double)s.scratch_bytes) s.scratch_bytes = (size_t)gemm;
-        }
-    }
-    s.tape_nodes = 64 * cfg->num_hidden_layers + 256;
-    if (o) {
-        if (o->persist_mem_mb > 0) s.persist_bytes = (size_t)(o->persist_mem_mb * MiB);
-        if (o->act_mem_mb > 0) s.act_bytes = (size_t)(o->act_mem_mb * MiB);
-        if (o->grad_mem_mb > 0) s.grad_bytes = (size_t)(o->grad_mem_mb * MiB);
-        if (o->scratch_mem_mb > 0) s.scratch_bytes = (size_t)(o->scratch_mem_mb * MiB);
-    }
+MemorySpec train_memory_spec(const TrainOptions *o, Device dev, const Dist *dist) {
+    MemorySpec s = memory_spec_default(dev, o->batch, o->seq);
+    s.recompute = o->recompute;
+    s.selective_recompute = o->selective_recompute;
+    s.autocast_bf16 = train_autocast_bf16(o, dev);
+    s.bf16_activations = train_bf16_activations(o, dev);
+    s.autocast_gemm_copies = s.autocast_bf16 && !s.bf16_activations && o->bf16_gemm_copies;
+    s.optimizer = true;
+    s.zero_stage = o->zero_stage;
+    s.rank = dist ? dist->rank : 0, s.world = dist ? dist->world : 1;
+    const double MiB = 1024.0 * 1024.0;
+    s.limit_bytes = (size_t)(o->mem_limit_mb * MiB);
+    s.persist_bytes = (size_t)(o->persist_mem_mb * MiB);
+    s.act_bytes = (size_t)(o->act_mem_mb * MiB);
+    s.grad_bytes = (size_t)(o->grad_mem_mb * MiB);
+    s.scratch_bytes = (size_t)(o->scratch_mem_mb * MiB);
     return s;
 }
 
@@ -241,10 +195,13 @@ char *train_resolve_checkpoint(const char *path, const char *flag) {
     struct stat st;
     if (stat(path, &st) != 0) gdp_fatal("%s '%s': no such file or folder", flag, path);
     if (S_ISDIR(st.st_mode)) {
-        char *p = checkpoint_latest(path);
+        char note[2048];
+        char *p = checkpoint_find_resume(path, note, sizeof note);
         if (!p)
-            gdp_fatal("%s '%s': the folder has no 'latest' file (no checkpoint was written there): give a checkpoint "
-                      "file (ckpt_NNNNNNNN.h5) or the --out folder of a gdp train run that saved one", flag, path);
+            gdp_fatal("%s '%s': the folder holds no valid checkpoint (ckpt_NNNNNNNN.h5)%s%s: give a checkpoint file or "
+                      "the --out folder of a gdp train run that saved one",
+                      flag, path, note[0] ? ": " : "", note);
+        if (note[0]) fprintf(stderr, "note: %s '%s': %s\n", flag, path, note);
         return p;
     }
     char *p = (char *)xmalloc(strlen(path) + 1);
@@ -259,11 +216,10 @@ Ctx *train_load_model(const char *ckpt, Device dev, int64_t B, int64_t T, Model 
     if (!model_config_load_text(&cfg, text, ckpt, err, sizeof err) || !model_config_validate(&cfg, err, sizeof err))
         gdp_fatal("checkpoint '%s' has an unusable model config: %s", ckpt, err);
     free(text);
-    CtxSizes sizes = train_ctx_sizes(&cfg, B, T, dev, NULL);
-    sizes.persist_bytes = (size_t)(8.0 * (double)model_config_param_count(&cfg) + 64.0 * 1048576 +
-                                   8.0 * 64 * (24 * cfg.num_hidden_layers + 8));
-    Ctx *ctx = ctx_create(dev, sizes);
-    model_create(m, &cfg, ctx, ps, 0);
+    MemorySpec spec = memory_spec_default(dev, B, T);
+    spec.train = false; /* forward passes only */
+    MemoryPlan plan;
+    Ctx *ctx = memory_plan_create(&cfg, &spec, 0, m, ps, &plan);
     checkpoint_load(ckpt, ps, NULL, NULL);
     return ctx;
 }
@@ -279,6 +235,181 @@ static void write_run_config(const char *dir, const char *cfg_text, const TrainO
             lr_kind_name(o->schedule), (long long)o->warmup, o->clip, o->weight_decay, o->beta1, o->beta2, o->eps,
             (unsigned long long)o->seed);
     fclose(f);
+}
+
+/* ---- bad steps and stop signals ------------------------------------------------------------------ */
+
+/* Which steps are skipped (see TrainOptions.max_skips). The history is saved in checkpoints
+ * (train_state) so that a resumed run skips exactly the steps the uninterrupted one would. */
+typedef struct StepGuard {
+    int window, n, pos;  /* ring buffers of the last `window` finite losses and norms */
+    double *loss, *norm;
+    int64_t consecutive, total;
+} StepGuard;
+
+#define GUARD_STATE_VERSION 1
+#define GUARD_STATE_HEAD 6 /* version, consecutive, total, window, n, pos */
+
+static void guard_init(StepGuard *g, int window) {
+    memset(g, 0, sizeof *g);
+    g->window = window;
+    g->loss = (double *)xcalloc((size_t)window, sizeof(double));
+    g->norm = (double *)xcalloc((size_t)window, sizeof(double));
+}
+
+static void guard_free(StepGuard *g) { free(g->loss), free(g->norm); }
+
+static int guard_state(const StepGuard *g, double *out) {
+    double head[GUARD_STATE_HEAD] = {GUARD_STATE_VERSION, (double)g->consecutive, (double)g->total, g->window, g->n,
+                                     g->pos};
+    memcpy(out, head, sizeof head);
+    memcpy(out + GUARD_STATE_HEAD, g->loss, (size_t)g->window * sizeof(double));
+    memcpy(out + GUARD_STATE_HEAD + g->window, g->norm, (size_t)g->window * sizeof(double));
+    return GUARD_STATE_HEAD + 2 * g->window;
+}
+
+/* Restores a saved history; one from another --skip-window starts afresh (with a note). */
+static void guard_restore(StepGuard *g, const double *st, int n, bool root) {
+    if (n < GUARD_STATE_HEAD || st[0] != GUARD_STATE_VERSION) return; /* older checkpoints: none saved */
+    g->consecutive = (int64_t)st[1], g->total = (int64_t)st[2];
+    int w = (int)st[3], held = (int)st[4], pos = (int)st[5];
+    if (w != g->window || n != GUARD_STATE_HEAD + 2 * w || held < 0 || held > w || pos < 0 || pos >= w) {
+        if (root)
+            printf("note: the checkpoint's outlier history is for --skip-window %d, this run uses %d: it starts "
+                   "afresh\n", w, g->window);
+        return;
+    }
+    g->n = held, g->pos = pos;
+    memcpy(g->loss, st + GUARD_STATE_HEAD, (size_t)w * sizeof(double));
+    memcpy(g->norm, st + GUARD_STATE_HEAD + w, (size_t)w * sizeof(double));
+}
+
+/* How many standard deviations x lies above the window's mean; NAN until the window is full (as
+ * llm.c: a short history would flag ordinary noise). */
+static double guard_z(const StepGuard *g, const double *buf, double x) {
+    if (g->n < g->window) return NAN;
+    double mean = 0, var = 0;
+    for (int i = 0; i < g->n; i++) mean += buf[i];
+    mean /= g->n;
+    for (int i = 0; i < g->n; i++) var += (buf[i] - mean) * (buf[i] - mean);
+    double sd = sqrt(var / g->n);
+    return sd > 0 ? (x - mean) / sd : 0.0;
+}
+
+/* Whether this step's update is skipped (the reason in why); then records the step. Every rank
+ * sees the same loss (averaged) and norm (global), so every rank decides the same. */
+static bool guard_judge(StepGuard *g, const TrainOptions *o, double loss, double norm, char *why, size_t len) {
+    bool skip = true;
+    if (!isfinite(loss))
+        snprintf(why, len, "the loss is %g", loss);
+    else if (!isfinite(norm))
+        snprintf(why, len, "the gradient norm is %g", norm);
+    else {
+        double zl = guard_z(g, g->loss, loss), zn = guard_z(g, g->norm, norm);
+        if (o->skip_loss_z > 0 && zl > o->skip_loss_z)
+            snprintf(why, len, "loss %.4f is %.1f standard deviations above the last %d steps' (--skip-loss-z %g)",
+                     loss, zl, g->window, o->skip_loss_z);
+        else if (o->skip_norm_z > 0 && zn > o->skip_norm_z)
+            snprintf(why, len, "gradient norm %.4f is %.1f standard deviations above the last %d steps' "
+                               "(--skip-norm-z %g)", norm, zn, g->window, o->skip_norm_z);
+        else
+            skip = false;
+        /* outliers join the history too, so a lasting shift of the loss is soon the new normal */
+        g->loss[g->pos] = loss, g->norm[g->pos] = norm;
+        g->pos = (g->pos + 1) % g->window;
+        if (g->n < g->window) g->n++;
+    }
+    if (skip)
+        g->consecutive++, g->total++;
+    else
+        g->consecutive = 0;
+    return skip;
+}
+
+/* Ends the run after max_skips skips in a row, naming the first parameter whose gradient is not
+ * finite (the ranks agree on the lowest such parameter under ZeRO-1's shards). */
+__attribute__((noreturn)) static void guard_fail(const StepGuard *g, Optimizer *opt, Dist *dist, int64_t step,
+                                                 const char *why, const TrainOptions *o) {
+    int64_t elem = 0;
+    const char *name = optim_first_nonfinite_grad(opt, &elem);
+    int idx = name ? (int)(params_find(opt->ps, name) - opt->ps->items) : opt->ps->n;
+    int first = (int)-dist_max_double(dist, -(double)idx);
+    if (!dist_is_root(dist)) { /* rank 0 reports; its dist_abort ends this rank too */
+        dist_barrier(dist);
+        exit(1);
+    }
+    char detail[512];
+    if (first < opt->ps->n && first == idx)
+        snprintf(detail, sizeof detail, "the first non-finite gradient is in parameter %s (element %lld)", name,
+                 (long long)elem);
+    else if (first < opt->ps->n)
+        snprintf(detail, sizeof detail, "the first non-finite gradient is in parameter %s",
+                 opt->ps->items[first].t->name);
+    else
+        snprintf(detail, sizeof detail, "every gradient is finite");
+    dist_abort(dist, "%lld steps in a row were skipped (--max-skips %lld), the last at step %lld because %s; %s. "
+                     "Lower --lr (now %g), check the data, or raise --max-skips",
+               (long long)g->consecutive, (long long)o->max_skips, (long long)step + 1, why, detail, o->lr);
+}
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+    if (stop_signal && sig == SIGINT) {
+        static const char msg[] = "\ngdp: second interrupt: stopping now, without a checkpoint\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+        return;
+    }
+    static const char term[] = "\ngdp: SIGTERM: finishing this step, then a checkpoint and exit\n";
+    static const char intr[] = "\ngdp: SIGINT: finishing this step, then a checkpoint and exit (interrupt again to "
+                               "stop at once)\n";
+    static const char usr1[] = "\ngdp: SIGUSR1: finishing this step, then a checkpoint and exit\n";
+    const char *m = sig == SIGTERM ? term : sig == SIGINT ? intr : usr1;
+    size_t n = sig == SIGTERM ? sizeof term - 1 : sig == SIGINT ? sizeof intr - 1 : sizeof usr1 - 1;
+    if (!stop_signal) {
+        ssize_t w = write(STDERR_FILENO, m, n);
+        (void)w;
+    }
+    stop_signal = sig;
+}
+
+static const int STOP_SIGNALS[3] = {SIGTERM, SIGINT, SIGUSR1};
+
+/* Installs the stop handlers (old ones kept in saved[0..2]) and ignores SIGXFSZ (saved[3]), so a
+ * file-size limit fails a write with a message instead of killing the process. */
+static void stop_signals_install(struct sigaction saved[4]) {
+    stop_signal = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART; /* data reads and MPI calls go on through the signal */
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 3; i++) sigaction(STOP_SIGNALS[i], &sa, &saved[i]);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGXFSZ, &sa, &saved[3]);
+}
+
+static void stop_signals_restore(const struct sigaction saved[4]) {
+    for (int i = 0; i < 3; i++) sigaction(STOP_SIGNALS[i], &saved[i], NULL);
+    sigaction(SIGXFSZ, &saved[3], NULL);
+}
+
+static const char *signal_name(int sig) {
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+}
+
+/* The test hook: a NaN in one gradient element that this rank's update reads. */
+static void inject_nan_grad(ParamStore *ps, const Optimizer *opt, const char *name) {
+    const ParamInfo *p = name ? params_find(ps, name) : &ps->items[0];
+    GDP_CHECK(p, "test_nan_grad_param '%s' is not a parameter of the model", name);
+    if (p->offset < opt->shard_start || p->offset >= opt->shard_end) return;
+    float nan = NAN;
+    ctx_synchronize(ps->ctx);
+    device_memcpy(ps->flat_grads + p->offset, ps->ctx->device, &nan, DEV_CPU, sizeof nan);
+    device_synchronize(ps->ctx->device);
 }
 
 /* ---- the run ------------------------------------------------------------------------------------ */
@@ -325,6 +456,10 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
         if (!loader_open_err(&lc, &train_loader, err, sizeof err)) gdp_fatal("--data: %s", err);
         int64_t data_vocab = loader_vocab(train_loader);
         if (data_vocab > 0) {
+            if (vocab_given && cfg.vocab_size < data_vocab && resume_path)
+                gdp_fatal("--resume: the checkpoint's model has vocab_size %d but --data has a vocabulary of %lld: "
+                          "resume with the data (and tokenizer) the run was started with",
+                          cfg.vocab_size, (long long)data_vocab);
             if (vocab_given && cfg.vocab_size < data_vocab)
                 gdp_fatal("vocab_size %d is smaller than the data's vocabulary %lld: drop vocab_size or raise it",
                           cfg.vocab_size, (long long)data_vocab);
@@ -362,16 +497,13 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
 
     /* 3. Context, model and optimizer. */
     const int64_t B = o->batch, T = o->seq;
-    Ctx *ctx = ctx_create(dev, train_ctx_sizes(&cfg, B, T, dev, o));
-    ctx->autocast_bf16 = train_autocast_bf16(o, dev);
-    ctx->bf16_activations = train_bf16_activations(o, dev);
-    ctx->autocast_gemm_copies = ctx->autocast_bf16 && !ctx->bf16_activations && o->bf16_gemm_copies;
-    dist_attach(dist, ctx);
+    /* The arenas: sized from the model (train/memory_plan.h); a run that cannot fit stops here. */
+    const MemorySpec mspec = train_memory_spec(o, dev, dist);
     ParamStore ps;
     Model model;
-    model_create(&model, &cfg, ctx, &ps, o->seed);
-    model.recompute = o->recompute;
-    model.selective_recompute = o->selective_recompute;
+    MemoryPlan mplan;
+    Ctx *ctx = memory_plan_create(&cfg, &mspec, o->seed, &model, &ps, &mplan);
+    dist_attach(dist, ctx);
     result.n_params = params_count(&ps);
     GDP_CHECK(result.n_params == model_config_param_count(&cfg),
               "internal: the model registered %lld parameters, the config predicts %lld", (long long)result.n_params,
@@ -391,10 +523,15 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
     if (sched.warmup < 0) sched.warmup = GDP_MIN((int64_t)100, o->steps / 10);
     lr_schedule_check(&sched);
 
-    /* 4. Resume: parameters, AdamW state, step and the data position. */
+    /* 4. Resume: parameters, AdamW state, step, the data position and the skip history. */
     int64_t step = 0;
     Rng rng;
     rng_seed(&rng, o->seed);
+    GDP_CHECK(o->skip_window >= 2 && 2 * o->skip_window + GUARD_STATE_HEAD <= CHECKPOINT_MAX_STATE,
+              "train: skip_window %d must be from 2 to %d", o->skip_window,
+              (CHECKPOINT_MAX_STATE - GUARD_STATE_HEAD) / 2);
+    StepGuard guard;
+    guard_init(&guard, o->skip_window);
     if (resume_path) {
         CheckpointInfo info;
         checkpoint_load(resume_path, &ps, &opt, &info);
@@ -403,8 +540,10 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
         GDP_CHECK(step <= o->steps, "--resume: the checkpoint is at step %lld, past --steps %lld", (long long)step,
                   (long long)o->steps);
         if (info.n_loader > 0 && train->set_state) train->set_state(train->user, info.loader_state, info.n_loader);
+        guard_restore(&guard, info.train_state, info.n_train_state, root);
         checkpoint_info_free(&info);
     }
+    const int64_t first_step = step;
     const int64_t last = o->stop_at > 0 ? GDP_MIN(o->stop_at, o->steps) : o->steps;
 
     char cfg_text[8192];
@@ -444,6 +583,11 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
                resume_path ? ", resumed from " : "", resume_path ? resume_path : "");
     }
 
+    if (root && !o->quiet) {
+        char mem[256];
+        memory_plan_describe(&mplan, mem, sizeof mem);
+        printf("%s\n", mem);
+    }
     if (root && !o->quiet && dist->world > 1) {
         const char *how = o->zero_stage == 1 ? "reduce-scatter" : "all-reduce";
         if (buckets.n > 0)
@@ -455,6 +599,9 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
     int32_t *inputs = (int32_t *)xmalloc((size_t)(B * T) * sizeof(int32_t));
     int32_t *targets = (int32_t *)xmalloc((size_t)(B * T) * sizeof(int32_t));
     int64_t ckpt_state[TRAIN_DATA_STATE_MAX];
+    double *guard_saved = (double *)xmalloc((size_t)(GUARD_STATE_HEAD + 2 * guard.window) * sizeof(double));
+    struct sigaction saved_handlers[4];
+    stop_signals_install(saved_handlers);
     double ema_dt = 0, t_start = gdp_now_seconds();
     int64_t timed = 0;
     bool first = true;
@@ -463,6 +610,7 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
     OpProfile profile = {0};
     double profiled_s = 0;
     for (; step < last; step++) {
+        if (o->test_signal && step == o->test_signal_step) raise(o->test_signal);
         if (o->profile && !first) ctx->profile = &profile, profile.steps++;
         double t0 = gdp_now_seconds();
         double lr = lr_at(&sched, step);
@@ -479,15 +627,21 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
             loss_sum += lv;
         }
         double loss = dist_mean_double(dist, loss_sum / o->grad_accum);
-        if (!isfinite(loss))
-            gdp_fatal("the training loss is %g at step %lld: lower --lr (now %g) or check the data", loss,
-                      (long long)step, o->lr);
         double t_opt = gdp_now_seconds();
         dist_buckets_sync(&buckets);
         if (ctx->profile) ctx_synchronize(ctx), profile_add(&profile, "(gradient sync)", 0, gdp_now_seconds() - t_opt);
+        if (o->test_nan_grad_count > 0 && step >= o->test_nan_grad_step &&
+            step < o->test_nan_grad_step + o->test_nan_grad_count)
+            inject_nan_grad(&ps, &opt, o->test_nan_grad_param);
         t_opt = gdp_now_seconds();
-        double norm = optim_step(&opt, lr, 1.0 / o->grad_accum, dist);
-        dist_sync_params(dist, &ps, o->zero_stage);
+        /* A bad step is skipped before it touches the weights, so no NaN reaches them or a checkpoint. */
+        double norm = optim_grad_norm(&opt, 1.0 / o->grad_accum, dist);
+        char skip_why[256] = "";
+        bool skipped = guard_judge(&guard, o, loss, norm, skip_why, sizeof skip_why);
+        if (!skipped) {
+            optim_update(&opt, lr, 1.0 / o->grad_accum, norm);
+            dist_sync_params(dist, &ps, o->zero_stage);
+        }
         ctx_synchronize(ctx);
         if (ctx->profile) profile_add(&profile, "(clip + adamw)", 0, gdp_now_seconds() - t_opt);
         double dt = gdp_now_seconds() - t0;
@@ -500,7 +654,7 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
         double tps = first ? (double)tokens_per_step / dt : (double)tokens_per_step / ema_dt;
         first = false;
         if (timed == 0) result.first_loss = loss;
-        result.last_loss = loss;
+        if (!skipped) result.last_loss = loss;
 
         bool is_last = step + 1 == last;
         double val_loss = NAN;
@@ -508,8 +662,14 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
             val_loss = train_evaluate(&model, val, o->eval_batches, (int)B, (int)T, dist);
             result.last_val_loss = val_loss;
         }
-        logger_step(&lg, step, loss, lr, norm, tps, val_loss);
-        if (root && !o->quiet && (step % GDP_MAX(o->print_every, 1) == 0 || is_last || !isnan(val_loss))) {
+        logger_step(&lg, step, loss, lr, norm, tps, val_loss, skipped);
+        if (skipped) {
+            if (root && !o->quiet)
+                printf("step %6lld/%lld | skipped: %s (%lld in a row, %lld in all)\n", (long long)step + 1,
+                       (long long)o->steps, skip_why, (long long)guard.consecutive, (long long)guard.total);
+            if (o->max_skips > 0 && guard.consecutive >= o->max_skips) guard_fail(&guard, &opt, dist, step, skip_why, o);
+        }
+        if (root && !o->quiet && !skipped && (step % GDP_MAX(o->print_every, 1) == 0 || is_last || !isnan(val_loss))) {
             char eta[32];
             fmt_duration((double)(last - step - 1) * (timed ? ema_dt : dt), eta, sizeof eta);
             printf("step %6lld/%lld | loss %.4f | lr %.3e | norm %.4f | %.0f tok/s | ETA %s", (long long)step + 1,
@@ -520,11 +680,14 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
             fflush(stdout);
         }
 
-        /* 6. Checkpoints: every N steps and at the end (when an output folder is given). */
-        bool want = o->out && (is_last || (o->checkpoint_every > 0 && (step + 1) % o->checkpoint_every == 0));
+        /* 6. Checkpoints: every N steps, at the end, and when a stop signal came to any rank (when
+         * an output folder is given). */
+        int stop = (int)dist_max_double(dist, (double)stop_signal);
+        bool want = o->out && (is_last || stop || (o->checkpoint_every > 0 && (step + 1) % o->checkpoint_every == 0));
         if (want) {
             int n_state = train->get_state ? train->get_state(train->user, ckpt_state, TRAIN_DATA_STATE_MAX) : 0;
-            CheckpointMeta meta = {step + 1, rng, ckpt_state, n_state, cfg_text, 0, o->zero_stage};
+            CheckpointMeta meta = {step + 1, rng, ckpt_state, n_state, cfg_text, 0, o->zero_stage,
+                                   guard_saved, guard_state(&guard, guard_saved)};
             char *path = checkpoint_save(o->out, &ps, &opt, &meta, o->keep, dist);
             if (path) {
                 snprintf(result.checkpoint, sizeof result.checkpoint, "%s", path);
@@ -532,28 +695,41 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
                 free(path);
             }
         }
-        /* The arenas start at an upper-bound estimate; every step has the same shapes, so after the
-         * first one they shrink to what it used (flags given by the user are kept as they are). */
-        if (timed == 0) {
-            ctx_fit_arenas(ctx, o->act_mem_mb <= 0, o->grad_mem_mb <= 0, o->scratch_mem_mb <= 0, 0.10);
+        if (stop && !is_last) {
+            result.stopped_by = stop;
+            if (root && o->out)
+                printf("stopped by %s after step %lld of %lld: checkpoint %s written; resume with --resume %s "
+                       "(and this run's other flags)\n",
+                       signal_name(stop), (long long)step + 1, (long long)o->steps, result.checkpoint, o->out);
+            else if (root)
+                printf("stopped by %s after step %lld of %lld; nothing was saved (no --out)\n", signal_name(stop),
+                       (long long)step + 1, (long long)o->steps);
+            fflush(stdout);
+            step++;
+            break;
+        }
+        if (timed == 0) { /* the arenas were planned (train/memory_plan.h); the card's use after a step */
             size_t used, total;
             if (root && !o->quiet && dev == DEV_CUDA && device_memory_info(&used, &total))
-                printf("memory: arenas fitted to step 1 (acts %.2f, grads %.2f, scratch %.2f, parameters + AdamW "
-                       "%.2f GiB); GPU memory in use %.2f of %.2f GiB\n",
-                       ctx->acts.capacity / 1073741824.0, ctx->grads.capacity / 1073741824.0,
-                       ctx->scratch.capacity / 1073741824.0, ctx->persist.capacity / 1073741824.0,
-                       used / 1073741824.0, total / 1073741824.0);
+                printf("memory: GPU memory in use after step 1: %.2f of %.2f GiB\n", used / 1073741824.0,
+                       total / 1073741824.0);
         }
     }
     result.steps_done = step;
+    result.steps_run = step - first_step;
+    result.skipped = guard.total;
+    stop_signals_restore(saved_handlers);
 
     /* 7. The end: loss plot, memory high-water marks. */
     const char *plot = logger_finish(&lg);
     if (root && !o->quiet) {
         if (plot && plot[0]) printf("loss plot: %s\n", plot);
-        printf("done: %lld steps in %.1f s; memory high water: acts %.1f MiB of %.1f, grads %.1f of %.1f, "
+        char span[96] = "", skips[64] = "";
+        if (first_step > 0) snprintf(span, sizeof span, " (steps %lld to %lld)", (long long)first_step + 1, (long long)step);
+        if (guard.total > 0) snprintf(skips, sizeof skips, ", %lld skipped", (long long)guard.total);
+        printf("done: %lld steps%s%s in %.1f s; memory high water: acts %.1f MiB of %.1f, grads %.1f of %.1f, "
                "scratch %.1f of %.1f\n",
-               (long long)step, gdp_now_seconds() - t_start, ctx->acts.high_water / 1048576.0,
+               (long long)(step - first_step), span, skips, gdp_now_seconds() - t_start, ctx->acts.high_water / 1048576.0,
                ctx->acts.capacity / 1048576.0, ctx->grads.high_water / 1048576.0, ctx->grads.capacity / 1048576.0,
                ctx->scratch.high_water / 1048576.0, ctx->scratch.capacity / 1048576.0);
     }
@@ -561,7 +737,8 @@ int train_run(const TrainOptions *o, Dist *dist, TrainResult *res) {
         profile_print(&profile, stdout);
         printf("  %-22s %32.3f  (whole step, host time)\n", "step", 1e3 * profiled_s / profile.steps);
     }
-    free(inputs), free(targets), free(resume_path);
+    free(inputs), free(targets), free(resume_path), free(guard_saved);
+    guard_free(&guard);
     dist_buckets_free(&buckets);
     optim_free(&opt);
     model_free(&model);
@@ -626,10 +803,20 @@ static const CliOpt train_opts[] = {
     {"bf16-gemm", 0, "MODE", "with --activations f32: copies (default): the linear GEMMs run on bf16 copies of their "
                              "operands with f32 outputs; inside: cuBLAS rounds the f32 operands (slower)"},
     {"peak-tflops", 0, "TF", "peak TFLOP/s per GPU for MFU (default 989, H100/H200 dense bf16)"},
-    {"act-mem", 0, "MiB", "activation arena size (default: estimated from the model and B x T)"},
-    {"grad-mem", 0, "MiB", "activation-gradient arena size (default: estimated)"},
-    {"scratch-mem", 0, "MiB", "per-op scratch arena size (default: estimated)"},
-    {"persist-mem", 0, "MiB", "parameter/optimizer arena size (default: estimated)"},
+    {"act-mem", 0, "MiB", "activation arena size (default: measured on a short step of the model and extended "
+                          "to --seq)"},
+    {"grad-mem", 0, "MiB", "activation-gradient arena size (default: measured)"},
+    {"scratch-mem", 0, "MiB", "per-op scratch arena size (default: measured)"},
+    {"persist-mem", 0, "MiB", "parameter/optimizer arena size (default: from the model's parameters)"},
+    {"mem-limit", 0, "MiB", "memory the run may use (default: the GPU's free memory; none on cpu): a run that needs "
+                            "more stops at the start and says what to change"},
+    {"max-skips", 0, "N", "end the run with an error after N skipped steps in a row (default 10; 0 = never). A step "
+                          "is skipped (no update; logged in log.tsv's skipped column) when its loss or gradient "
+                          "norm is NaN or Inf, or an outlier by --skip-loss-z / --skip-norm-z"},
+    {"skip-loss-z", 0, "Z", "skip a step whose loss is more than Z standard deviations above the mean of the last "
+                            "--skip-window steps (default 0 = off)"},
+    {"skip-norm-z", 0, "Z", "the same for the gradient norm (default 0 = off)"},
+    {"skip-window", 0, "N", "steps of history for --skip-loss-z and --skip-norm-z (default 128)"},
 };
 static const CliCommand train_cmd = {
     "train", "gdp train [--preset NAME] [--config FILE] [--set KEY=VALUE ...] --data PATH [options]",
@@ -705,6 +892,11 @@ static void on_train_opt(const CliOpt *opt, const char *v, void *user) {
     else if (!strcmp(n, "grad-mem")) o->grad_mem_mb = cli_int(n, v, 1, BIG);
     else if (!strcmp(n, "scratch-mem")) o->scratch_mem_mb = cli_int(n, v, 1, BIG);
     else if (!strcmp(n, "persist-mem")) o->persist_mem_mb = cli_int(n, v, 1, BIG);
+    else if (!strcmp(n, "mem-limit")) o->mem_limit_mb = cli_int(n, v, 1, BIG);
+    else if (!strcmp(n, "max-skips")) o->max_skips = cli_int(n, v, 0, BIG);
+    else if (!strcmp(n, "skip-loss-z")) o->skip_loss_z = cli_double(n, v, 0, 1e6);
+    else if (!strcmp(n, "skip-norm-z")) o->skip_norm_z = cli_double(n, v, 0, 1e6);
+    else if (!strcmp(n, "skip-window")) o->skip_window = (int)cli_int(n, v, 2, (CHECKPOINT_MAX_STATE - GUARD_STATE_HEAD) / 2);
 }
 
 static bool launched_by_mpi(void) {

@@ -123,7 +123,7 @@ void dist_init_single(Dist *d) {
 
 void dist_init(Dist *d, int *argc, char ***argv) {
     dist_init_single(d);
-    /* NVLink multicast must stay off on the lent machines; a value the user set wins. */
+    /* NVLink multicast (NVLS) is off by default; a value the user set wins. */
     setenv("NCCL_NVLS_ENABLE", "0", 0);
     int inited = 0;
     MPI_Initialized(&inited);

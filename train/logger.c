@@ -9,7 +9,7 @@
 
 #include "core/common.h"
 
-static const char *const TSV_HEADER = "step\tloss\tlr\tgrad_norm\ttokens_per_s\tval_loss\telapsed_s\n";
+static const char *const TSV_HEADER = "step\tloss\tlr\tgrad_norm\ttokens_per_s\tval_loss\telapsed_s\tskipped\n";
 
 static void ensure_dir(const char *dir) {
     char buf[1024];
@@ -90,7 +90,7 @@ void logger_init(Logger *lg, const char *dir, int rank, int64_t resume_step) {
 }
 
 void logger_step(Logger *lg, int64_t step, double loss, double lr, double grad_norm, double tokens_per_s,
-                 double val_loss) {
+                 double val_loss, bool skipped) {
     if (!lg->active) return;
     double elapsed = lg->elapsed_offset + (gdp_now_seconds() - lg->t0);
     bool has_val = !isnan(val_loss), has_tps = !isnan(tokens_per_s) && tokens_per_s > 0;
@@ -98,14 +98,15 @@ void logger_step(Logger *lg, int64_t step, double loss, double lr, double grad_n
         char val[64] = "", tps[64] = "";
         if (has_val) snprintf(val, sizeof val, "%.6f", val_loss);
         if (has_tps) snprintf(tps, sizeof tps, "%.1f", tokens_per_s);
-        if (fprintf(lg->tsv, "%lld\t%.6f\t%.6e\t%.6f\t%s\t%s\t%.3f\n", (long long)step, loss, lr, grad_norm, tps, val,
-                    elapsed) < 0)
+        if (fprintf(lg->tsv, "%lld\t%.6f\t%.6e\t%.6f\t%s\t%s\t%.3f\t%d\n", (long long)step, loss, lr, grad_norm, tps,
+                    val, elapsed, skipped ? 1 : 0) < 0)
             gdp_fatal("writing %s/log.tsv failed (disk full?)", lg->dir);
     }
     lg->rows++;
     int every = lg->print_every > 0 ? lg->print_every : 1;
     if (!lg->quiet && (step % every == 0 || has_val)) {
-        printf("step %7lld | loss %.6f | lr %.3e | norm %.4f", (long long)step, loss, lr, grad_norm);
+        printf("step %7lld | loss %.6f | lr %.3e | norm %.4f%s", (long long)step, loss, lr, grad_norm,
+               skipped ? " | skipped" : "");
         if (has_tps) printf(" | %.0f tok/s", tokens_per_s);
         if (has_val) printf(" | val %.6f", val_loss);
         printf(" | %.1f s\n", elapsed);

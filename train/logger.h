@@ -1,7 +1,8 @@
 /* Training log: progress lines on stdout and DIR/log.tsv, rank 0 only (other ranks' loggers are
  * silent no-ops, so callers need no rank checks). log.tsv has a header row and one row per step:
- *     step  loss  lr  grad_norm  tokens_per_s  val_loss  elapsed_s
- * (tab-separated; val_loss is empty when the step had no validation). At the end of a run
+ *     step  loss  lr  grad_norm  tokens_per_s  val_loss  elapsed_s  skipped
+ * (tab-separated; val_loss is empty when the step had no validation; skipped is 1 for a step whose
+ * update was skipped (a NaN/Inf or outlier loss or gradient norm), else 0). At the end of a run
  * logger_finish draws the loss curve: DIR/loss.png through gnuplot when it is installed (pngcairo,
  * else png terminal), otherwise DIR/loss.svg written by our own code, so a plot always appears. */
 #pragma once
@@ -31,7 +32,7 @@ typedef struct Logger {
 void logger_init(Logger *lg, const char *dir, int rank, int64_t resume_step);
 /* One row (and a progress line). val_loss: NAN when none. tokens_per_s: NAN or <= 0 when unknown. */
 void logger_step(Logger *lg, int64_t step, double loss, double lr, double grad_norm, double tokens_per_s,
-                 double val_loss);
+                 double val_loss, bool skipped);
 /* printf on rank 0 only (stdout, flushed). */
 __attribute__((format(printf, 2, 3))) void logger_printf(const Logger *lg, const char *fmt, ...);
 /* Closes log.tsv and writes the plot; returns the plot path (lg->plot_path; "" when there is no

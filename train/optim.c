@@ -107,6 +107,9 @@ double optim_clip_factor(const AdamWConfig *cfg, double grad_norm) {
 void optim_update(Optimizer *opt, double lr, double grad_scale, double grad_norm) {
     const AdamWConfig *c = &opt->cfg;
     ParamStore *ps = opt->ps;
+    /* NaN < clip is false: a NaN norm would pass through unclipped and poison every weight */
+    GDP_CHECK(isfinite(grad_norm) || c->grad_clip <= 0,
+              "optim_update: the gradient norm is %g; skip the step instead (optim_step does)", grad_norm);
     opt->t++;
     double clip = optim_clip_factor(c, grad_norm);
     opt->last_norm = grad_norm;
@@ -136,6 +139,40 @@ void optim_update(Optimizer *opt, double lr, double grad_scale, double grad_norm
 
 double optim_step(Optimizer *opt, double lr, double grad_scale, Dist *dist) {
     double norm = optim_grad_norm(opt, grad_scale, dist);
+    if (!isfinite(norm)) {
+        opt->last_norm = norm;
+        return norm;
+    }
     optim_update(opt, lr, grad_scale, norm);
     return norm;
+}
+
+const char *optim_first_nonfinite_grad(Optimizer *opt, int64_t *elem) {
+    ParamStore *ps = opt->ps;
+    ctx_synchronize(opt->ctx);
+    float *host = NULL;
+    size_t cap = 0;
+    const char *found = NULL;
+    for (int i = 0; i < ps->n && !found; i++) {
+        int64_t lo = GDP_MAX(ps->items[i].offset, opt->shard_start);
+        int64_t hi = GDP_MIN(ps->items[i].offset + ps->items[i].t->numel, opt->shard_end);
+        if (lo >= hi) continue;
+        const float *g = ps->flat_grads + lo;
+        if (opt->ctx->device != DEV_CPU) {
+            if ((size_t)(hi - lo) > cap) {
+                cap = (size_t)(hi - lo);
+                host = (float *)xrealloc(host, cap * sizeof(float));
+            }
+            device_memcpy(host, DEV_CPU, g, opt->ctx->device, (size_t)(hi - lo) * sizeof(float));
+            g = host;
+        }
+        for (int64_t j = 0; j < hi - lo; j++)
+            if (!isfinite(g[j])) {
+                if (elem) *elem = lo + j - ps->items[i].offset;
+                found = ps->items[i].t->name;
+                break;
+            }
+    }
+    free(host);
+    return found;
 }

@@ -64,10 +64,16 @@ double optim_grad_sumsq(Optimizer *opt, int64_t start, int64_t end);
  * 1) when sharded, else over the whole buffer. */
 double optim_grad_norm(Optimizer *opt, double grad_scale, Dist *dist);
 /* One AdamW update of the shard with learning rate lr, using grad * grad_scale, clipped with
- * grad_norm (the value optim_grad_norm returned; ignored when clipping is off). */
+ * grad_norm (the value optim_grad_norm returned; ignored when clipping is off; a non-finite norm
+ * with clipping on is a fatal error, as the clip factor would not stop a NaN). */
 void optim_update(Optimizer *opt, double lr, double grad_scale, double grad_norm);
-/* optim_grad_norm then optim_update; returns the norm (before clipping). */
+/* optim_grad_norm then optim_update; returns the norm (before clipping). A non-finite norm (a NaN
+ * or Inf gradient) skips the update: parameters, m, v and t stay as they are. */
 double optim_step(Optimizer *opt, double lr, double grad_scale, Dist *dist);
+/* Name of the first parameter (in registration order) whose gradient, within this rank's shard,
+ * holds a NaN or Inf, and the element in *elem (may be NULL); NULL when all are finite. For error
+ * messages: on CUDA it copies the gradient to the host. */
+const char *optim_first_nonfinite_grad(Optimizer *opt, int64_t *elem);
 /* The clip multiplier optim_update applies for this norm: min(1, clip / (norm + 1e-6)), 1 when off. */
 double optim_clip_factor(const AdamWConfig *cfg, double grad_norm);
 

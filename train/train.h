@@ -7,6 +7,7 @@
 #include "core/ctx.h"
 #include "layers/config.h"
 #include "train/dist.h"
+#include "train/memory_plan.h"
 #include "train/schedule.h"
 
 #define TRAIN_MAX_SETS 64
@@ -61,7 +62,21 @@ typedef struct TrainOptions {
     bool activations_given;  /* --activations was on the command line (it needs bf16 autocast) */
     bool bf16_gemm_copies;   /* f32 activations under autocast: linear GEMMs on bf16 operand copies (default;
                               * --bf16-gemm inside lets cuBLAS round the f32 operands) */
-    int64_t act_mem_mb, grad_mem_mb, scratch_mem_mb, persist_mem_mb; /* 0: estimated */
+    int64_t act_mem_mb, grad_mem_mb, scratch_mem_mb, persist_mem_mb; /* 0: planned (train/memory_plan.h) */
+    int64_t mem_limit_mb;    /* > 0: memory the run may use (the plan's check); 0: the GPU's free memory */
+    /* bad steps: a non-finite loss or gradient norm, or (when the z limit is > 0) a loss or norm more
+     * than that many standard deviations above the mean of the last skip_window steps, skips the
+     * update (parameters, AdamW moments and update count stay; the data moves on) */
+    int64_t max_skips;       /* this many skips in a row end the run with an error; 0: never */
+    double skip_loss_z, skip_norm_z; /* 0: off (llm.c's -sl, -sg) */
+    int skip_window;         /* steps of history for the z-scores */
+    /* test hooks, no flags: a NaN in the gradient of parameter test_nan_grad_param (NULL: the first)
+     * at steps [test_nan_grad_step, + test_nan_grad_count); raise(test_signal) as step test_signal_step
+     * begins */
+    int64_t test_nan_grad_step, test_nan_grad_count;
+    const char *test_nan_grad_param;
+    int test_signal;
+    int64_t test_signal_step;
 } TrainOptions;
 
 typedef struct TrainResult {
@@ -69,21 +84,26 @@ typedef struct TrainResult {
     double first_loss, last_loss, last_val_loss; /* last_val_loss NAN when never evaluated */
     int64_t n_params;
     char checkpoint[1024];   /* the last checkpoint written ("" when none) */
+    int64_t steps_run;       /* steps this call ran (steps_done minus the resumed step) */
+    int64_t skipped;         /* steps skipped (bad loss or gradient), over the whole run */
+    int stopped_by;          /* the signal (SIGTERM, SIGINT, SIGUSR1) that stopped the run early, or 0 */
 } TrainResult;
 
 TrainOptions train_default_options(void);
 /* Resolves the model config from preset, config file and sets; false with the reason in err. */
 bool train_resolve_config(const TrainOptions *o, ModelConfig *cfg, bool *vocab_given, char *err, size_t len);
 /* Runs training. dist may come from dist_init (gdp train) or dist_init_single (tests). Errors are
- * fatal with a message. Returns 0. */
+ * fatal with a message. SIGTERM, SIGINT and SIGUSR1 (on any rank) end the run after the current
+ * step with a checkpoint (when there is an output folder); a second SIGINT ends it at once. The
+ * previous handlers are restored on return. Returns 0. */
 int train_run(const TrainOptions *o, Dist *dist, TrainResult *res);
 
 /* Whether the run uses bf16 autocast (fatal when asked for on the cpu). */
 bool train_autocast_bf16(const TrainOptions *o, Device dev);
 /* Whether autocast runs the blocks' branches on bf16 activations (layers/module.h). */
 bool train_bf16_activations(const TrainOptions *o, Device dev);
-/* Context sizes that fit the model at B x T tokens per micro-step (with the options' overrides). */
-CtxSizes train_ctx_sizes(const ModelConfig *cfg, int64_t batch, int64_t seq, Device dev, const TrainOptions *o);
+/* The memory plan's description of the run's step (train/memory_plan.h); dist NULL: one rank. */
+MemorySpec train_memory_spec(const TrainOptions *o, Device dev, const Dist *dist);
 /* Mean loss over `batches` batches of src (reset first), no gradients; summed over ranks. */
 struct Model;
 double train_evaluate(struct Model *m, TrainData *src, int batches, int B, int T, Dist *dist);

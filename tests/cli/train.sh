@@ -27,6 +27,9 @@ expect_exit 2 "cpu, cuda or auto" "bad --device" "$GDP" train --data "$T" --devi
 expect_exit 2 "needs a value" "missing value" "$GDP" train --data
 expect_exit 2 "'--quiet' takes no value" "value given to a switch" "$GDP" train --data "$T" --quiet=1
 expect_exit 2 "could be --set, --steps" "ambiguous abbreviation" "$GDP" train --data "$T" --s 3
+# a run larger than the memory it may use stops before its step arenas are allocated, saying what to change
+expect_exit 1 "To fit: --batch" "--mem-limit below the plan" "$GDP" train --data "$T" --steps 1 --batch 8 --seq 256 \
+    --mem-limit 16
 expect_exit 2 "gdp train --help" "bad number points to --help" "$GDP" train --data "$T" --lr fast
 printf 'hidden_size = 64\nnum_hedas = 2\n' >"$TMP/bad.cfg"
 expect_exit 2 "line 2" "bad config file" "$GDP" train --data "$T" --config "$TMP/bad.cfg"

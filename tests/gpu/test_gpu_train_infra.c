@@ -1,8 +1,10 @@
 /* Training infrastructure on CUDA against the CPU path: parameter init and zero_grad, the
  * deterministic gradient norm, AdamW with decay and clipping, ZeRO-1 shard updates, an HDF5
- * checkpoint written from GPU memory, bf16 autocast training against f32 training, and the model
- * with bf16 activations against the CPU float64 model. */
+ * checkpoint written from GPU memory, bf16 autocast training against f32 training, the model
+ * with bf16 activations against the CPU float64 model, a NaN gradient step skipped on the GPU, and
+ * exact resume after SIGTERM on the GPU (default and selective recompute). */
 #include <math.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "core/params.h"
@@ -260,6 +262,103 @@ GPU_TEST(bf16_activations_model_matches_cpu_f64) {
                    r[2].worst, r[2].rms, r[1].worst, r[1].rms);
         GPU_EXPECT(r[2].worst > 1e-5, "bf16 activations: rel err %.3e is f32-exact: the bf16 path did not run",
                    r[2].worst);
+    }
+}
+
+/* Parameters of a checkpoint (CPU copy) and its update count. */
+static float *ckpt_params(const char *path, int64_t *n, int64_t *optim_steps) {
+    Model m;
+    ParamStore ps;
+    Ctx *ctx = train_load_model(path, DEV_CPU, 1, 1, &m, &ps);
+    float *p = (float *)xmalloc((size_t)ps.total * sizeof(float));
+    memcpy(p, ps.flat_params, (size_t)ps.total * sizeof(float));
+    *n = ps.total;
+    CheckpointInfo info;
+    checkpoint_read_info(path, &info);
+    *optim_steps = info.optim_steps;
+    checkpoint_info_free(&info);
+    model_free(&m);
+    params_free_store(&ps);
+    ctx_destroy(ctx);
+    return p;
+}
+
+static TrainOptions fault_options(const char *corpus, const char *out, bool selective) {
+    TrainOptions o = train_default_options();
+    o.data = corpus, o.device = "cuda", o.out = out, o.keep = 0;
+    o.selective_recompute = selective;
+    o.batch = 4, o.seq = 64, o.steps = 12, o.lr = 3e-3, o.warmup = 2;
+    o.eval_every = 0, o.quiet = true, o.seed = 9;
+    return o;
+}
+
+/* A NaN in one gradient on the GPU (the test hook, after the all-reduce): that step is skipped
+ * (checkpoints before and after it hold the same parameters and update count), later steps train,
+ * and no checkpoint holds a NaN. */
+GPU_TEST(nan_gradient_step_is_skipped_on_cuda) {
+    const char *corpus = autocast_corpus();
+    GPU_EXPECT(corpus != NULL, "could not write the corpus (run from the repository root)");
+    if (!corpus) return;
+    char dir[] = "/tmp/gdp_gpu_nan_XXXXXX";
+    GPU_EXPECT(mkdtemp(dir) != NULL, "mkdtemp failed");
+    TrainOptions o = fault_options(corpus, dir, false);
+    o.steps = 8, o.checkpoint_every = 1;
+    o.test_nan_grad_step = 3, o.test_nan_grad_count = 1, o.test_nan_grad_param = "model.layers.0.mlp_norm.weight";
+    Dist d;
+    dist_init_single(&d);
+    TrainResult r;
+    train_run(&o, &d, &r);
+    GPU_EXPECT(r.skipped == 1 && r.steps_done == 8, "skipped %lld, steps %lld", (long long)r.skipped,
+               (long long)r.steps_done);
+    char p3[600], p4[600];
+    checkpoint_path(p3, sizeof p3, dir, 3);
+    checkpoint_path(p4, sizeof p4, dir, 4);
+    int64_t n3, n4, n8, t3, t4, t8;
+    float *a = ckpt_params(p3, &n3, &t3), *b = ckpt_params(p4, &n4, &t4), *c = ckpt_params(r.checkpoint, &n8, &t8);
+    GPU_EXPECT(n3 == n4 && !memcmp(a, b, (size_t)n3 * sizeof(float)), "the skipped step changed the parameters");
+    GPU_EXPECT(t3 == 3 && t4 == 3 && t8 == 7, "update counts %lld, %lld, %lld (want 3, 3, 7)", (long long)t3,
+               (long long)t4, (long long)t8);
+    int bad = 0;
+    for (int64_t i = 0; i < n8; i++) bad += !isfinite(c[i]);
+    GPU_EXPECT(bad == 0 && memcmp(b, c, (size_t)n8 * sizeof(float)), "%d non-finite parameters at the end", bad);
+    free(a), free(b), free(c);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) printf("   could not remove %s\n", dir);
+}
+
+/* Exact resume on CUDA (bf16 autocast, saved forward; and --selective-recompute): SIGTERM (the test
+ * hook raises it as step 5 begins) ends the run after step 5 with a checkpoint; resuming to step 12
+ * gives the uninterrupted run's parameters bit for bit. */
+GPU_TEST(sigterm_resume_is_exact_on_cuda) {
+    const char *corpus = autocast_corpus();
+    GPU_EXPECT(corpus != NULL, "could not write the corpus (run from the repository root)");
+    if (!corpus) return;
+    for (int sel = 0; sel < 2; sel++) {
+        char a[] = "/tmp/gdp_gpu_sig_a_XXXXXX", b[] = "/tmp/gdp_gpu_sig_b_XXXXXX";
+        GPU_EXPECT(mkdtemp(a) && mkdtemp(b), "mkdtemp failed");
+        Dist d;
+        dist_init_single(&d);
+        TrainOptions o = fault_options(corpus, a, sel);
+        TrainResult ra, rb1, rb2;
+        train_run(&o, &d, &ra);
+        o = fault_options(corpus, b, sel);
+        o.test_signal = SIGTERM, o.test_signal_step = 5;
+        train_run(&o, &d, &rb1);
+        GPU_EXPECT(rb1.stopped_by == SIGTERM && rb1.steps_done == 6, "stopped by %d after %lld steps", rb1.stopped_by,
+                   (long long)rb1.steps_done);
+        o = fault_options(corpus, b, sel);
+        o.resume = b;
+        train_run(&o, &d, &rb2);
+        int64_t na, nb, ta, tb;
+        float *pa = ckpt_params(ra.checkpoint, &na, &ta), *pb = ckpt_params(rb2.checkpoint, &nb, &tb);
+        GPU_EXPECT(na == nb && ta == tb && !memcmp(pa, pb, (size_t)na * sizeof(float)) && ra.last_loss == rb2.last_loss,
+                   "%s: resumed run differs (last loss %.9g vs %.9g)", sel ? "--selective-recompute" : "default",
+                   ra.last_loss, rb2.last_loss);
+        free(pa), free(pb);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", a, b);
+        if (system(cmd) != 0) printf("   could not remove %s, %s\n", a, b);
     }
 }
 
