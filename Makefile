@@ -52,14 +52,15 @@ endif
 NVCCFLAGS = -std=c++17 -O3 -lineinfo -DGDP_CUDA -I. $(HDF5_CFLAGS) $(MPI_CFLAGS) $(GENCODE) \
              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC -MMD -MP $(EXTRA_NVCCFLAGS)
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++
-CU_SRC   := $(wildcard kernels/*.cu kernels/gdp/*.cu layers/*.cu core/*.cu)
+CU_SRC   := $(wildcard base/*.cu kernels/*.cu kernels/gdp/*.cu layers/*.cu core/*.cu)
 else
 CU_SRC   :=
 endif
 
 # Library sources: everything except the program's main and the tests.
-C_SRC    := $(wildcard core/*.c core/ops/*.c kernels/*.c kernels/gdp/*.c layers/*.c data/*.c train/*.c)
-C_SRC    := $(filter-out train/main.c,$(C_SRC))
+C_SRC    := $(wildcard base/*.c core/*.c core/ops/*.c kernels/*.c kernels/gdp/*.c layers/*.c data/*.c train/*.c \
+                      tools/*.c train/cli/*.c)
+C_SRC    := $(filter-out train/cli/main.c,$(C_SRC))
 ifeq ($(NVCC),)
 C_SRC    := $(filter-out core/cuda_ctx.c,$(C_SRC))
 endif
@@ -70,10 +71,10 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 GPU_TEST_SRC := $(wildcard tests/gpu/test_*.c)
 GPU_TEST_BIN := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 
-# build/libgdp.so: the Gated DeltaProduct op alone (kernels/gated_deltaproduct.h), for other programs.
-GDP_LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard kernels/gated_deltaproduct*.c kernels/gdp_*.c kernels/gdp/*.c) core/common.c)
+# build/libgdp.so: the Gated DeltaProduct op alone (kernels/gdp/gdp.h), for other programs.
+GDP_LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard kernels/gdp/*.c) base/common.c)
 ifneq ($(NVCC),)
-GDP_LIB_OBJ += $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard kernels/gated_deltaproduct*.cu kernels/gdp_*.cu kernels/gdp/*.cu))
+GDP_LIB_OBJ += $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard kernels/gdp/*.cu))
 endif
 
 .PHONY: all test test-gpu test-asan test-dist test-all clean
@@ -86,7 +87,7 @@ $(BUILD)/libgdpcore.a: $(OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/gdp: $(BUILD)/obj/train/main.o $(BUILD)/libgdpcore.a
+$(BUILD)/gdp: $(BUILD)/obj/train/cli/main.o $(BUILD)/libgdpcore.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # bench/lookahead_bf16.c: a numerics experiment on the CPU (its header says what it prints)
@@ -136,4 +137,4 @@ test-all: test test-dist
 clean:
 	rm -rf $(BUILD) build-asan
 
--include $(OBJ:.o=.d) $(BUILD)/obj/train/main.d $(TEST_BIN:=.d) $(GPU_TEST_BIN:=.d) $(BUILD)/lookahead_bf16.d
+-include $(OBJ:.o=.d) $(BUILD)/obj/train/cli/main.d $(TEST_BIN:=.d) $(GPU_TEST_BIN:=.d) $(BUILD)/lookahead_bf16.d

@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "core/gradcheck.h"
-#include "kernels/gated_deltaproduct_common.h"
-#include "tests/gpu/gdp_chunk_model.h"
+#include "kernels/gdp/desc.h"
+#include "tests/support/gdp_chunk_model.h"
 
 /* round to bf16 (nearest, ties to even), kept in a double */
 static double bf(double x) {

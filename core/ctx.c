@@ -1,6 +1,6 @@
 #include "core/ctx.h"
 
-#include "core/common.h"
+#include "base/common.h"
 #ifdef GDP_CUDA
 #include "core/cuda_ctx.h"
 #endif

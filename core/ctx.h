@@ -4,7 +4,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "core/arena.h"
+#include "base/arena.h"
 #include "core/tensor.h"
 #include "core/tape.h"
 

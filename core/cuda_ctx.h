@@ -1,6 +1,6 @@
 /* GPU handles owned by a Ctx on DEV_CUDA. Include only from files built with GDP_CUDA. */
 #pragma once
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 
 typedef struct CudaCtx {
     int device_id;

@@ -2,7 +2,8 @@
 
 #include <math.h>
 
-#include "core/common.h"
+#include "base/common.h"
+#include "core/op_util.h"
 #include "core/ops.h"
 
 double rel_l2(const double *a, const double *b, int64_t n) {
@@ -166,4 +167,44 @@ GradcheckResult gradcheck_vs_cpu(GradcheckCaseFn fn, void *user, uint64_t seed, 
     run_free(&ref);
     run_free(&got);
     return r;
+}
+
+/* ---- cases of the tape's own nodes ------------------------------------------------------------ */
+
+/* Two blocks, each using its boundary's output twice: y -> y * y + y -> z -> z * z + z (mild enough
+ * for the bf16 bound of `gdp gradcheck --device cuda`). */
+static Tensor *boundary_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 4));
+    Tensor *y = op_grad_boundary(ctx, op_scale(ctx, x, 0.5));
+    Tensor *z = op_grad_boundary(ctx, op_add(ctx, op_mul(ctx, y, y), y));
+    return op_add(ctx, op_mul(ctx, z, z), z);
+}
+
+/* y = x * x * 0.5 + x through two checkpoints, so that the second recomputation reads the first
+ * checkpoint's output. */
+static Tensor *checkpoint_case_block(Ctx *ctx, const void *user, Tensor *x) {
+    (void)user;
+    return op_add(ctx, op_scale(ctx, op_mul(ctx, x, x), 0.5), x);
+}
+
+static Tensor *checkpoint_case(Ctx *ctx, DType dt, uint64_t seed) {
+    Tensor *x = gc_random(ctx, dt, &seed, -1, 1, SHAPE(3, 4));
+    Tensor *y = op_checkpoint(ctx, checkpoint_case_block, NULL, op_scale(ctx, x, 0.5));
+    return op_checkpoint(ctx, checkpoint_case_block, NULL, y);
+}
+
+typedef Tensor *(*OpCaseFn)(Ctx *ctx, DType dt, uint64_t seed);
+
+static OpCaseFn case_of(const OpDef *def) {
+    if (def == &op_grad_boundary_def) return boundary_case;
+    if (def == &op_checkpoint_def) return checkpoint_case;
+    return def->gradcheck_case;
+}
+
+bool gradcheck_has_case(const OpDef *def) { return case_of(def) != NULL; }
+
+Tensor *gradcheck_registered_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
+    OpCaseFn fn = case_of((const OpDef *)user);
+    GDP_CHECK(fn, "gradcheck: op '%s' has no gradcheck case", ((const OpDef *)user)->name);
+    return fn(ctx, dt, seed);
 }

@@ -31,5 +31,12 @@ GradcheckResult gradcheck_fd(GradcheckCaseFn fn, void *user, uint64_t seed, int 
  * leaf gradient, by relative L2 error. */
 GradcheckResult gradcheck_vs_cpu(GradcheckCaseFn fn, void *user, uint64_t seed, Device dev, DType dt);
 
+/* A registered op's case as a GradcheckCaseFn (user: its OpDef), for loops over gdp_op_registry.
+ * The tape's own nodes (op_grad_boundary, op_checkpoint) get their cases here, since core/tape.c
+ * builds no ops. */
+Tensor *gradcheck_registered_case(Ctx *ctx, DType dt, uint64_t seed, void *user);
+/* Whether gradcheck_registered_case has a case for def. */
+bool gradcheck_has_case(const OpDef *def);
+
 /* ‖a − b‖ / max(‖b‖, tiny) */
 double rel_l2(const double *a, const double *b, int64_t n);

@@ -1,6 +1,6 @@
 /* Argument checks and small helpers shared by the op glue files in core/ops/. */
 #pragma once
-#include "core/common.h"
+#include "base/common.h"
 #include "core/ctx.h"
 #include "core/ops.h"
 

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "core/ctx.h"
+#include "kernels/pointwise.h"
 
 /* ---- arithmetic ---------------------------------------------------------------------------- */
 /* a + b and a * b, b broadcast over a: b's shape equals a's trailing dims (or a's whole shape). */
@@ -29,10 +30,10 @@ Tensor *op_matmul(Ctx *ctx, Tensor *a, Tensor *b, bool trans_a, bool trans_b);
 #define MATMUL_AUTOCAST_CHUNK_BYTES ((size_t)256 << 20)
 
 /* ---- pointwise ------------------------------------------------------------------------------ */
-Tensor *op_silu(Ctx *ctx, Tensor *x);
-Tensor *op_sigmoid(Ctx *ctx, Tensor *x);
-Tensor *op_softplus(Ctx *ctx, Tensor *x);
-Tensor *op_exp(Ctx *ctx, Tensor *x);
+/* op_silu, op_sigmoid, op_softplus, op_exp, ...: y = f(x), one per line of GDP_POINTWISE_OPS. */
+#define GDP_PW_DECLARE(E, name, lo, hi) Tensor *op_##name(Ctx *ctx, Tensor *x);
+GDP_POINTWISE_OPS(GDP_PW_DECLARE)
+#undef GDP_PW_DECLARE
 
 /* ---- normalisation -------------------------------------------------------------------------- */
 /* y = x / sqrt(mean(x^2) + eps) * weight over the last dim; weight [C] or NULL (no scale). */

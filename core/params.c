@@ -3,7 +3,7 @@
 
 #include <math.h>
 
-#include "core/common.h"
+#include "base/common.h"
 
 #define PARAM_ALIGN 64 /* elements: 256 bytes, the arena alignment */
 

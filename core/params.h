@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "core/ctx.h"
 
 typedef enum ParamInit {

@@ -94,6 +94,8 @@ Tensor *op_grad_boundary(struct Ctx *ctx, Tensor *x);
  * use with a TapeHook (the hook would not see the parameters' gradients being written). */
 typedef Tensor *(*CheckpointFn)(struct Ctx *ctx, const void *user, Tensor *x);
 Tensor *op_checkpoint(struct Ctx *ctx, CheckpointFn fn, const void *user, Tensor *x);
+/* The nodes of the two above, registered like any op's (their gradcheck cases are core/gradcheck.c's). */
+extern const OpDef op_grad_boundary_def, op_checkpoint_def;
 /* Backward from a scalar: seeds d(loss)/d(loss) = 1. */
 void tape_backward(struct Ctx *ctx, Tensor *loss);
 /* Backward seeded with an explicit gradient for `out` (same shape and dtype). */

@@ -1,6 +1,6 @@
 #include "core/tensor.h"
 
-#include "core/common.h"
+#include "base/common.h"
 
 void tensor_set_shape(Tensor *t, int ndim, const int64_t *shape) {
     GDP_CHECK(ndim >= 0 && ndim <= GDP_MAX_DIMS, "tensor of %d dims: at most %d are supported", ndim,

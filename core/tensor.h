@@ -5,8 +5,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/device.h"
-#include "core/dtype.h"
+#include "base/device.h"
+#include "base/dtype.h"
 
 #define GDP_MAX_DIMS 5
 #define GDP_NAME_LEN 80

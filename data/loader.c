@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "data/shard.h"
 #include "data/text.h"
 #include "data/tokenizer.h"

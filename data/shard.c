@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/common.h"
+#include "base/common.h"
 
 static bool fail(char *err, size_t errlen, const char *fmt, ...) {
     va_list ap;

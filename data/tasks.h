@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/common.h"
+#include "base/common.h"
 
 #define GROUP_NAME_LEN 16
 #define GROUP_MAX_DEGREE 64

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include "core/common.h"
+#include "base/common.h"
 
 void bytebuf_reserve(ByteBuf *b, size_t extra) {
     if (b->len + extra > b->cap) {

@@ -4,7 +4,7 @@
 #pragma once
 #include <stdint.h>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,5 @@
 /* CPU reference for cast: any pair of f32, f64 and bf16, through double. */
-#include "core/common.h"
+#include "base/common.h"
 #include "kernels/cast.h"
 
 static inline double load(DType dt, const void *p, int64_t i) {

@@ -1,7 +1,7 @@
 /* CPU reference for cross-entropy, in float32 and float64 (arithmetic in double). */
 #include <math.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "kernels/cross_entropy.h"
 
 /* The rows' log-sum-exps in parallel (each in double, in column order), then the loss summed over

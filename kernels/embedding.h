@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,5 @@
 /* CPU reference for embedding, in float32 and float64. */
-#include "core/common.h"
+#include "base/common.h"
 #include "kernels/embedding.h"
 
 #define DEFINE_EMB(T, SUF)                                                                                    \

@@ -11,7 +11,7 @@
 #include <omp.h>
 #include <string.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "kernels/matmul.h"
 
 /* rows of a micro tile: six accumulators, one B vector and A's broadcast fit the 16 AVX registers

@@ -1,17 +1,29 @@
-/* Elementwise activations y = f(x) over n contiguous elements: silu, sigmoid, softplus, exp.
+/* Elementwise activations y = f(x) over n contiguous elements (GDP_POINTWISE_OPS below).
  * An enum picks f; each op has its own OpDef in core/ops/pointwise.c.
  * Backward: dx = dy * f'(x), recomputed from x; `accumulate` adds into dx instead of overwriting.
  * softplus is the stable max(x, 0) + log1p(exp(-|x|)); sigmoid never overflows for large |x|. */
 #pragma once
 #include <stdint.h>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum PointwiseFn { PW_SILU = 0, PW_SIGMOID = 1, PW_SOFTPLUS = 2, PW_EXP = 3 } PointwiseFn;
+/* Every pointwise op, one line each: X(ENUM, name, lo, hi) gives PW_ENUM here, and op_<name>, its
+ * OpDef op_<name>_def, its registry entry and a gradcheck case on inputs uniform in [lo, hi] in
+ * core/ (where bf16 keeps about 3 significant digits of f and f'). A new line then needs only f
+ * and f' in pointwise_cpu.c and pointwise.cu (their switches warn until it has them). */
+#define GDP_POINTWISE_OPS(X)          \
+    X(SILU, silu, -4, 4)              \
+    X(SIGMOID, sigmoid, -4, 4)        \
+    X(SOFTPLUS, softplus, -3, 3)      \
+    X(EXP, exp, -2, 2)
+
+#define GDP_PW_ENUM(E, name, lo, hi) PW_##E,
+typedef enum PointwiseFn { GDP_POINTWISE_OPS(GDP_PW_ENUM) } PointwiseFn;
+#undef GDP_PW_ENUM
 
 void pointwise_forward_cpu(PointwiseFn fn, DType dt, void *y, const void *x, int64_t n);
 void pointwise_backward_cpu(PointwiseFn fn, DType dt, void *dx, const void *dy, const void *x, int64_t n,

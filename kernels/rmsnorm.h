@@ -11,7 +11,7 @@
 #pragma once
 #include <stdint.h>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

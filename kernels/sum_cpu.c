@@ -1,6 +1,6 @@
 /* CPU reference for sum/mean: fixed blocks of SUM_BLOCK elements summed in double (in parallel
  * when large), then the block partials in order: the same bits whatever the thread count. */
-#include "core/common.h"
+#include "base/common.h"
 #include "kernels/sum.h"
 
 #define SUM_BLOCK 4096

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/common.h"
+#include "base/common.h"
 
 int cfg_intermediate(const ModelConfig *c) {
     if (c->intermediate_size > 0) return c->intermediate_size;

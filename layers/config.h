@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/gated_deltaproduct.h"
+#include "kernels/gdp/gdp.h"
 
 #define MODEL_PATH_LEN 512
 

@@ -5,8 +5,8 @@
 
 #include <math.h>
 
-#include "core/common.h"
-#include "kernels/gated_deltaproduct.h"
+#include "base/common.h"
+#include "kernels/gdp/gdp.h"
 #include "layers/decode_cuda.h"
 
 static const float *host_f32(const Tensor *t) {

@@ -2,7 +2,7 @@
  * of each short conv and the H x K x V recurrent state), no tape. Works for both modes and on
  * either device: the model's device picks the backend (float32 parameters). On the CPU the step
  * is written out in layers/decode.c; on CUDA (layers/decode_cuda.c) everything stays on the GPU
- * (cuBLAS matvecs, the small kernels of the ops, kernels/gdp_decode.cu for the state update) and
+ * (cuBLAS matvecs, the small kernels of the ops, kernels/gdp/decode.cu for the state update) and
  * only the logits come back. Its logits equal model_forward's at the same position (checked in
  * tests/test_model.c on the CPU, tests/gpu/test_gpu_decode.c on CUDA). */
 #pragma once

@@ -1,17 +1,17 @@
 /* Recurrent decoding on CUDA: the step of layers/decode.c with every array on the GPU. Matvecs are
  * 1-row cuBLAS products through kernels/matmul (the residual adds folded in as accumulate = 1),
  * norms, activations and SwiGLU reuse the ops' kernels, the short convs and the gate are
- * kernels/decode_step.cu, the recurrent state is updated in place by kernels/gdp_decode.cu.
+ * kernels/decode_step.cu, the recurrent state is updated in place by kernels/gdp/decode.cu.
  * Everything is queued on the context's stream; only the logits come back to the host. */
 #include "layers/decode_cuda.h"
 
-#include "core/common.h"
+#include "base/common.h"
 
 #ifdef GDP_CUDA
 #include "core/cuda_ctx.h"
 #include "kernels/decode_step.h"
 #include "kernels/gated_rmsnorm.h"
-#include "kernels/gdp_decode.h"
+#include "kernels/gdp/decode.h"
 #include "kernels/l2norm.h"
 #include "kernels/matmul.h"
 #include "kernels/pointwise.h"

@@ -5,10 +5,10 @@
  *   -> the GDP op -> gated RMSNorm per head -> o_proj. */
 #include "layers/gdp_layer.h"
 
-#include "core/common.h"
+#include "base/common.h"
 #include "core/ops.h"
 #include "core/ops_fused.h"
-#include "layers/gated_deltaproduct.h"
+#include "core/ops/gdp.h"
 #include "layers/linear.h"
 
 #define L2NORM_EPS 1e-6

@@ -1,6 +1,6 @@
 #include "layers/linear.h"
 
-#include "core/common.h"
+#include "base/common.h"
 
 Tensor *linear_new(ParamMaker *pm, const char *name, int64_t in, int64_t out, double std) {
     return pm_param(pm, name, SHAPE(out, in), true, INIT_NORMAL, std, 0);

@@ -1,6 +1,6 @@
 #include "layers/mlp.h"
 
-#include "core/common.h"
+#include "base/common.h"
 #include "core/ops_fused.h"
 #include "layers/linear.h"
 

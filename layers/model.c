@@ -1,6 +1,6 @@
 #include "layers/model.h"
 
-#include "core/common.h"
+#include "base/common.h"
 #include "layers/embedding.h"
 #include "layers/linear.h"
 

@@ -2,7 +2,7 @@
 
 #include <math.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "core/ops.h"
 
 void pm_init_registry(ParamMaker *pm, ParamStore *ps) {

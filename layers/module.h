@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/common.h" /* Rng, which core/params.h uses */
+#include "base/common.h" /* Rng, which core/params.h uses */
 #include "core/ctx.h"
 #include "core/params.h"
 

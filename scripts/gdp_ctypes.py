@@ -5,7 +5,7 @@
     o, ht = gdp.forward(q, k, v, beta, g, h0)          # the raw calls
     dq, dk, dv, dbeta, dg, dh0, dmask = gdp.backward(do, q, k, v, beta, g, h0, dht=dht)
 
-Layouts (kernels/gated_deltaproduct.h), householder mode with n = n_h:
+Layouts (kernels/gdp/gdp.h), householder mode with n = n_h:
     q [B,T,H,K]  k [B,T,n,H,K]  v [B,T,n,H,V]  beta [B,T,n,H]  g [B,T,H] (log decay; None: ungated)
     h0, ht [B,H,K,V]  o [B,T,H,V]
 Split mode: pass mask [H,r,r]; then k [B,T,H,K], v [B,T,H,V], beta [B,T,H].
@@ -21,7 +21,7 @@ import os
 
 import torch
 
-F32, F64, BF16 = 0, 1, 2  # DType (core/dtype.h)
+F32, F64, BF16 = 0, 1, 2  # DType (base/dtype.h)
 HOUSEHOLDER, SPLIT = 0, 1  # GdpMode
 _DTYPES = {torch.float32: F32, torch.float64: F64, torch.bfloat16: BF16}
 _p = ctypes.c_void_p

@@ -16,8 +16,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
     echo "all build dependencies are installed"
 fi
-# Python packages for scripts/export_hf.py and its CLI test (skipped when they are missing).
-if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import h5py, numpy, safetensors' 2>/dev/null; then
-    python3 -m pip install -q h5py numpy safetensors 2>/dev/null ||
-        echo "note: pip could not install h5py numpy safetensors; the export test will be skipped"
+# Python packages for scripts/export_hf.py and its CLI test, and tokenizers for the comparison of the
+# C tokenizer with Hugging Face's (tests/cli/hf_tokenizer.sh); the tests say skipped without them.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import h5py, numpy, safetensors, tokenizers' 2>/dev/null; then
+    python3 -m pip install -q h5py numpy safetensors tokenizers 2>/dev/null ||
+        echo "note: pip could not install h5py numpy safetensors tokenizers; the export and tokenizer tests will be skipped"
 fi

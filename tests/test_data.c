@@ -6,7 +6,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "data/text.h"

@@ -1,15 +1,15 @@
-/* The chunked algorithm that the CUDA kernels implement (tests/gpu/gdp_chunk_model.h: the chunk
+/* The chunked algorithm that the CUDA kernels implement (tests/support/gdp_chunk_model.h: the chunk
  * grid of kernels/gdp/layout.h, A, T = (I+A)^-1, W, U, the state pass, the output, and the
  * whole dedicated backward) against the per-token CPU reference, in float64 on the CPU, so that CI
  * (no GPU) checks the math of the GPU path: both modes, gates on/off, h0 on/off, partial chunks,
  * varlen, n that does not divide 64. */
 #include <math.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "core/gradcheck.h"
-#include "kernels/gated_deltaproduct_common.h"
+#include "kernels/gdp/desc.h"
 #include "tests/check_main.h"
-#include "tests/gpu/gdp_chunk_model.h"
+#include "tests/support/gdp_chunk_model.h"
 
 typedef struct Case {
     GdpMode mode;

@@ -8,14 +8,14 @@
 #include <unistd.h>
 
 #include "core/gradcheck.h"
-#include "core/h5_check.h"
+#include "base/h5_check.h"
 #include "core/op_util.h"
-#include "kernels/gated_deltaproduct.h"
-#include "kernels/gated_deltaproduct_common.h"
-#include "kernels/gdp_decode.h"
-#include "layers/gated_deltaproduct.h"
+#include "kernels/gdp/gdp.h"
+#include "kernels/gdp/desc.h"
+#include "kernels/gdp/decode.h"
+#include "core/ops/gdp.h"
 #include "tests/check_main.h"
-#include "train/vectors_h5.h"
+#include "tools/vectors_h5.h"
 
 static const char *vectors_path(void) {
     const char *p = getenv("GDP_VECTORS");
@@ -410,7 +410,7 @@ START_TEST(f32_tracks_f64_long_sequence) {
 }
 END_TEST
 
-/* ---- the decode step's CPU reference (kernels/gdp_decode_cpu.c) against the recurrence ------- */
+/* ---- the decode step's CPU reference (kernels/gdp/decode_cpu.c) against the recurrence ------- */
 
 /* B batch rows, one token: gdp_decode_step_cpu from h0 against gdp_forward_cpu with T = 1 (o, ht). */
 static void decode_vs_forward_t1(GdpMode mode, int B, int H, int K, int V, int n, bool gate, uint64_t seed) {

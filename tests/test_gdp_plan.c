@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "kernels/gdp/plan.h"
 #include "kernels/gdp/smem.h"
 #include "tests/check_main.h"

@@ -2,7 +2,7 @@
  * measured high water (the sequence measured directly, and extended from shorter probes), the
  * parameter arena exact, and a run that cannot fit stopped with what it needs and what to change. */
 #include "tests/check_main.h"
-#include "tests/memory_plan_cases.h"
+#include "tests/support/memory_plan_cases.h"
 
 /* Small and base keep their widths with 2 layers and a vocabulary of 4096 (every layer plans alike;
  * the head is a matrix like any other), so that the suite stays in seconds on two cores. A probe period of 16 makes a sequence of 96 an

@@ -9,12 +9,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "core/gradcheck.h"
 #include "layers/decode.h"
 #include "layers/model.h"
 #include "train/checkpoint.h"
-#include "train/model_gradcheck.h"
+#include "tools/model_gradcheck.h"
 #include "train/train.h"
 #include "tests/check_main.h"
 
@@ -46,7 +46,8 @@ static void remove_at_exit(const char *dir) {
 /* Real English-and-C text: the repository's own headers, concatenated (run from the repo root). */
 static char corpus_path[400];
 static const char *write_corpus(const char *dir) {
-    static const char *patterns[] = {"core/*.h", "layers/*.h", "train/*.h", "data/*.h", "kernels/*.h"};
+    static const char *patterns[] = {"base/*.h", "core/*.h", "core/ops/*.h", "layers/*.h", "train/*.h", "train/cli/*.h",
+                                     "tools/*.h", "data/*.h", "kernels/*.h", "kernels/gdp/*.h"};
     char *path = corpus_path;
     snprintf(path, sizeof corpus_path, "%s/corpus.txt", dir);
     FILE *out = xfopen(path, "wb");

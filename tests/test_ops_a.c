@@ -594,9 +594,6 @@ START_TEST(cross_entropy_null_logits) {
 END_TEST
 
 /* ---- the registered gradcheck cases of these ops, on more seeds than `gdp gradcheck` ---------- */
-static Tensor *registry_case(Ctx *ctx, DType dt, uint64_t seed, void *user) {
-    return ((const OpDef *)user)->gradcheck_case(ctx, dt, seed);
-}
 
 START_TEST(registered_cases_pass_gradcheck) {
     const char *names[] = {"mul", "scale", "cast", "matmul", "matmul_tt", "matmul_shared", "matmul_shared_ta",
@@ -605,7 +602,7 @@ START_TEST(registered_cases_pass_gradcheck) {
         const OpDef *def = op_find(names[i]);
         ck_assert_msg(def != NULL, "op %s is not registered", names[i]);
         for (uint64_t seed = 1; seed <= 3; seed++) {
-            GradcheckResult r = gradcheck_fd(registry_case, (void *)def, seed, 0);
+            GradcheckResult r = gradcheck_fd(gradcheck_registered_case, (void *)def, seed, 0);
             ck_assert_msg(r.n_leaves > 0, "op %s: no leaf", names[i]);
             ck_assert_msg(r.worst <= 1e-6, "op %s seed %llu: rel err %.3e", names[i], (unsigned long long)seed, r.worst);
         }

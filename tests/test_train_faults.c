@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "layers/model.h"
 #include "tests/check_main.h"
 #include "train/checkpoint.h"

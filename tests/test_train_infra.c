@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/h5_check.h"
+#include "base/h5_check.h"
 #include "core/params.h"
 #include "kernels/adamw.h"
 #include "tests/check_main.h"

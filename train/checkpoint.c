@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/h5_check.h"
+#include "base/h5_check.h"
 
 /* ---- small helpers ------------------------------------------------------------------------------- */
 

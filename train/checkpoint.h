@@ -8,7 +8,7 @@
  * reads as str):
  *     format = "gdp.c checkpoint", format_version (int), gdp_version (string), step (int64, >= 0),
  *     optim_steps (int64, AdamW's update count, 0 to step: skipped steps advance step only),
- *     rng_state (uint64[4], the Rng of core/common.h), loader_state (int64[n], opaque, the caller's
+ *     rng_state (uint64[4], the Rng of base/common.h), loader_state (int64[n], opaque, the caller's
  *     data-loader position), train_state (float64[n], opaque, the trainer's own state; absent in
  *     older files), config (string of "key = value" lines), world_size (int), zero_stage (0 or 1).
  * Whole-file check: the file starts with a 512-byte HDF5 user block (HDF5 and h5py skip it) holding
@@ -27,7 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "core/params.h"
 #include "train/dist.h"
 #include "train/optim.h"

@@ -8,13 +8,13 @@
 #include <stdarg.h>
 #include <unistd.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "core/params.h"
 
 #ifdef GDP_CUDA
 #include <nccl.h>
 
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 #endif
 
 /* MPI calls return their error (MPI_ERRORS_RETURN is set on MPI_COMM_WORLD) and we say which. */

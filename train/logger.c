@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/common.h"
+#include "base/common.h"
 
 static const char *const TSV_HEADER = "step\tloss\tlr\tgrad_norm\ttokens_per_s\tval_loss\telapsed_s\tskipped\n";
 

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "core/tape.h"
 #include "kernels/adamw.h"
 #include "layers/module.h"

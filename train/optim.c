@@ -3,7 +3,7 @@
 
 #include <math.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "kernels/adamw.h"
 
 AdamWConfig adamw_default_config(void) {

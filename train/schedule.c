@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/common.h"
+#include "base/common.h"
 
 static const char *const kind_names[] = {"cosine", "wsd", "linear", "constant"};
 

@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/gated_deltaproduct.h"
+#include "kernels/gdp/gdp.h"
 
 #define TASKS_MAX_SETS 32
 #define TASKS_MAX_PLOT 32
@@ -59,6 +59,9 @@ TasksOptions tasks_default_options(void);
 /* Trains and evaluates; writes o->out/{accuracy.tsv, accuracy.png|svg, result.txt, log.tsv,
  * progress.tsv (with eval_every), checkpoints}. Errors are fatal with a message. */
 int tasks_run(const TasksOptions *o, TasksResult *res);
+/* Whether o gives a model the run can build (the group and the model config); false with the
+ * reason in err. */
+bool tasks_check_config(const TasksOptions *o, char *err, size_t len);
 
 /* One figure of prefix accuracy against length for several accuracy.tsv files: out_base.png via
  * gnuplot when use_gnuplot and it is installed, else out_base.svg. titles[i] labels tsv[i];

@@ -1,5 +1,5 @@
-/* op_silu, op_sigmoid, op_softplus, op_exp: y = f(x) elementwise, any shape (contiguous).
- * One kernel family (kernels/pointwise.h) with the function in attr[0]; one OpDef per op. */
+/* The pointwise ops of GDP_POINTWISE_OPS (kernels/pointwise.h): y = f(x) elementwise, any shape
+ * (contiguous). One kernel family with the function in attr[0]; one OpDef per op. */
 #include "core/op_util.h"
 #include "kernels/pointwise.h"
 
@@ -35,27 +35,10 @@ static Tensor *pointwise_run(Ctx *ctx, const OpDef *def, PointwiseFn fn, Tensor 
     return n.out[0];
 }
 
-/* Gradcheck inputs stay where bf16 keeps ~3 significant digits of f and f' (exp and softplus
- * in a range where nothing overflows or underflows). */
-static Tensor *silu_case(Ctx *ctx, DType dt, uint64_t seed) {
-    return op_silu(ctx, gc_random(ctx, dt, &seed, -4, 4, SHAPE(3, 2, 7)));
-}
-static Tensor *sigmoid_case(Ctx *ctx, DType dt, uint64_t seed) {
-    return op_sigmoid(ctx, gc_random(ctx, dt, &seed, -4, 4, SHAPE(3, 2, 7)));
-}
-static Tensor *softplus_case(Ctx *ctx, DType dt, uint64_t seed) {
-    return op_softplus(ctx, gc_random(ctx, dt, &seed, -3, 3, SHAPE(3, 2, 7)));
-}
-static Tensor *exp_case(Ctx *ctx, DType dt, uint64_t seed) {
-    return op_exp(ctx, gc_random(ctx, dt, &seed, -2, 2, SHAPE(3, 2, 7)));
-}
-
-const OpDef op_silu_def = {"silu", pointwise_forward, pointwise_backward, silu_case, 0, 0};
-const OpDef op_sigmoid_def = {"sigmoid", pointwise_forward, pointwise_backward, sigmoid_case, 0, 0};
-const OpDef op_softplus_def = {"softplus", pointwise_forward, pointwise_backward, softplus_case, 0, 0};
-const OpDef op_exp_def = {"exp", pointwise_forward, pointwise_backward, exp_case, 0, 0};
-
-Tensor *op_silu(Ctx *ctx, Tensor *x) { return pointwise_run(ctx, &op_silu_def, PW_SILU, x); }
-Tensor *op_sigmoid(Ctx *ctx, Tensor *x) { return pointwise_run(ctx, &op_sigmoid_def, PW_SIGMOID, x); }
-Tensor *op_softplus(Ctx *ctx, Tensor *x) { return pointwise_run(ctx, &op_softplus_def, PW_SOFTPLUS, x); }
-Tensor *op_exp(Ctx *ctx, Tensor *x) { return pointwise_run(ctx, &op_exp_def, PW_EXP, x); }
+#define PW_OP(E, name, lo, hi)                                                                   \
+    static Tensor *name##_case(Ctx *ctx, DType dt, uint64_t seed) {                                  \
+        return op_##name(ctx, gc_random(ctx, dt, &seed, lo, hi, SHAPE(3, 2, 7)));                    \
+    }                                                                                                \
+    const OpDef op_##name##_def = {#name, pointwise_forward, pointwise_backward, name##_case, 0, 0}; \
+    Tensor *op_##name(Ctx *ctx, Tensor *x) { return pointwise_run(ctx, &op_##name##_def, PW_##E, x); }
+GDP_POINTWISE_OPS(PW_OP)

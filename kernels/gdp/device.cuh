@@ -6,8 +6,8 @@
 #include <stdint.h>
 
 #include "kernels/common.cuh"
-#include "kernels/gated_deltaproduct.h"
-#include "kernels/gated_deltaproduct_common.h"
+#include "kernels/gdp/gdp.h"
+#include "kernels/gdp/desc.h"
 #include "kernels/gdp/layout.h"
 #include "kernels/gdp/mma.cuh"
 #include "kernels/gdp/smem.h"

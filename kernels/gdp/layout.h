@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/gated_deltaproduct.h"
+#include "kernels/gdp/gdp.h"
 
 #define GDP_CHUNK 64 /* rows per chunk (padded) */
 #define GDP_TILE 64  /* K and V tile width of the per-chunk kernels */

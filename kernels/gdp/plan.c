@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/gated_deltaproduct_common.h"
+#include "kernels/gdp/desc.h"
 #include "kernels/gdp/smem.h"
 #include "kernels/gdp/layout.h"
 

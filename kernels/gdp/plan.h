@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "kernels/gated_deltaproduct.h"
+#include "kernels/gdp/gdp.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -8,8 +8,8 @@
 
 #include <cuda_runtime.h>
 
-#include "core/common.h"
-#include "core/cuda_check.h"
+#include "base/common.h"
+#include "base/cuda_check.h"
 
 #define GPU_POISON_SLACK 64 /* poisoned bytes after each device tensor (and before it when moved) */
 

@@ -17,8 +17,8 @@
 
 #include <cuda_runtime.h>
 
-#include "core/common.h"
-#include "core/cuda_check.h"
+#include "base/common.h"
+#include "base/cuda_check.h"
 #include "kernels/conv1d_causal.h"
 #include "tests/gpu/gpu_poisoned.h"
 #include "tests/gpu/gpu_test.h"

@@ -1,6 +1,6 @@
 /* Per-token decoding on CUDA:
- *   - the decode kernel (kernels/gdp_decode.cu) against its float64 CPU reference
- *     (kernels/gdp_decode_cpu.c) over 8 chained steps: both modes, K 16..256 (also not a multiple
+ *   - the decode kernel (kernels/gdp/decode.cu) against its float64 CPU reference
+ *     (kernels/gdp/decode_cpu.c) over 8 chained steps: both modes, K 16..256 (also not a multiple
  *     of 8), V with tails past a 32-column tile, B > 1, n 1..4 (split r up to 64), gate on and off.
  *     o is filled with NaN before every step, so an element nobody wrote fails; o and S are
  *     compared after every step (rel L2, bound 1e-5);
@@ -19,13 +19,13 @@
 
 #include <cuda_runtime.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "core/ctx.h"
-#include "kernels/gated_deltaproduct_common.h"
-#include "kernels/gdp_decode.h"
+#include "kernels/gdp/desc.h"
+#include "kernels/gdp/decode.h"
 #include "layers/decode.h"
 #include "layers/model.h"
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 #include "core/gradcheck.h" /* rel_l2 */
 #include "tests/gpu/gpu_test.h"
 

@@ -1,6 +1,6 @@
-/* The Gated DeltaProduct CUDA kernels (kernels/gated_deltaproduct.cu) against float64 truth:
+/* The Gated DeltaProduct CUDA kernels (kernels/gdp/) against float64 truth:
  *   - every case of the reference vector file (f32 bound 1e-4, bf16 bound 2e-2, rel L2 per tensor);
- *   - each kernel's intermediates against the float64 chunk model (tests/gpu/gdp_chunk_model.h);
+ *   - each kernel's intermediates against the float64 chunk model (tests/support/gdp_chunk_model.h);
  *   - random shapes against gdp_forward_cpu / gdp_backward_cpu in float64 (T 1..1000, K and V
  *     16..256, n 1..4, both modes, gate and h0 on/off, varlen);
  *   - determinism (two backward runs bit-identical) and the error paths.
@@ -15,15 +15,15 @@
 
 #include <cuda_runtime.h>
 
-#include "core/common.h"
-#include "kernels/gated_deltaproduct.h"
-#include "kernels/gated_deltaproduct_common.h"
+#include "base/common.h"
+#include "kernels/gdp/gdp.h"
+#include "kernels/gdp/desc.h"
 #include "kernels/gdp/plan.h"
-#include "tests/gpu/gdp_chunk_model.h"
-#include "core/cuda_check.h"
+#include "tests/support/gdp_chunk_model.h"
+#include "base/cuda_check.h"
 #include "core/gradcheck.h" /* rel_l2 */
 #include "tests/gpu/gpu_test.h"
-#include "train/vectors_h5.h"
+#include "tools/vectors_h5.h"
 
 /* ---------------------------------------------------------------- host <-> device helpers */
 static void *dev_upload(const double *x, int64_t n, DType dt) {

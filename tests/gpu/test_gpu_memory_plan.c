@@ -5,7 +5,7 @@
  * probes at 104, 168 and 232 tokens; split mode with 3 slices has chunks of 21 tokens, which the
  * probes' period does not keep whole (the bounded extension). */
 #include "tests/gpu/gpu_test.h"
-#include "tests/memory_plan_cases.h"
+#include "tests/support/memory_plan_cases.h"
 
 static void check_case(int *failures, const PlanCase *c) {
     PlanResult r;

@@ -23,8 +23,8 @@
 
 #include <cuda_runtime.h>
 
-#include "core/common.h"
-#include "core/cuda_check.h"
+#include "base/common.h"
+#include "base/cuda_check.h"
 #include "kernels/gated_rmsnorm.h"
 #include "kernels/l2norm.h"
 #include "kernels/rmsnorm.h"

@@ -11,7 +11,7 @@
 #include "kernels/adamw.h"
 #include "tests/gpu/gpu_test.h"
 #include "train/checkpoint.h"
-#include "train/model_gradcheck.h"
+#include "tools/model_gradcheck.h"
 #include "train/optim.h"
 #include "train/train.h"
 
