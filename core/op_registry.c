@@ -9,8 +9,9 @@ extern const OpDef op_mul_def, op_scale_def, op_cast_def, op_matmul_def, op_matm
     op_cross_entropy_def, op_cross_entropy_by8_def; /* helper opsa */
 extern const OpDef op_gated_deltaproduct_def;
 extern const OpDef op_rmsnorm_def, op_rmsnorm_to_bf16_def,
-    op_l2norm_def, op_conv1d_causal_def, op_conv1d_causal_silu_def, op_gated_rmsnorm_def, op_gated_rmsnorm_odd_def,
-    op_swiglu_def, op_swiglu_packed_def; /* helper opsb */
+    op_l2norm_def, op_conv1d_causal_def, op_conv1d_causal_silu_def, op_conv1d_causal_docs_def,
+    op_conv1d_causal_silu_docs_def, op_gated_rmsnorm_def, op_gated_rmsnorm_odd_def, op_swiglu_def,
+    op_swiglu_packed_def; /* helper opsb */
 #define PW_EXTERN(E, name, lo, hi) extern const OpDef op_##name##_def;
 GDP_POINTWISE_OPS(PW_EXTERN)
 #undef PW_EXTERN
@@ -44,6 +45,8 @@ const OpDef *const gdp_op_registry[] = {
     &op_l2norm_def,
     &op_conv1d_causal_def,
     &op_conv1d_causal_silu_def,
+    &op_conv1d_causal_docs_def,
+    &op_conv1d_causal_silu_docs_def,
     &op_gated_rmsnorm_def,
     &op_gated_rmsnorm_odd_def,
     &op_swiglu_def,

@@ -48,6 +48,10 @@ Tensor *op_l2norm(Ctx *ctx, Tensor *x, int64_t group, double eps);
 /* Depthwise causal convolution over time: x [B, T, C], w [C, W] (no bias);
  * y[b,t,c] = sum_{i<W} w[c,i] * x[b, t-W+1+i, c], zeros before t = 0. */
 Tensor *op_conv1d_causal(Ctx *ctx, Tensor *x, Tensor *w);
+/* The same over packed documents: doc_start int32 [B, T] on the op's device is nonzero where a
+ * document begins inside a row, and a position reads no x before its document's start (as if its row
+ * began there). doc_start NULL: op_conv1d_causal itself. */
+Tensor *op_conv1d_causal_docs(Ctx *ctx, Tensor *x, Tensor *w, const Tensor *doc_start);
 
 /* ---- lookups and losses ---------------------------------------------------------------------- */
 /* weight [V, C], ids int32 [...] -> [..., C]. An id outside [0, V) is a fatal error. */

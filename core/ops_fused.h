@@ -15,3 +15,5 @@ Tensor *op_swiglu(Ctx *ctx, Tensor *a, Tensor *b);
 /* Short causal conv + SiLU: y = silu(conv1d_causal(x, w)), x [B, T, C], w [C, W] (see op_conv1d_causal),
  * one kernel each way. Keeps no pre-activation: backward recomputes it from x. */
 Tensor *op_conv1d_causal_silu(Ctx *ctx, Tensor *x, Tensor *w);
+/* The same over packed documents (see op_conv1d_causal_docs); doc_start NULL: op_conv1d_causal_silu. */
+Tensor *op_conv1d_causal_silu_docs(Ctx *ctx, Tensor *x, Tensor *w, const Tensor *doc_start);

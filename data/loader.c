@@ -492,3 +492,19 @@ bool loader_split_exists(const char *source, DataSplit split, double val_fractio
     bytebuf_free(&val);
     return ok;
 }
+
+int loader_documents(const int32_t *inputs, int32_t *targets, int64_t B, int64_t T, int32_t eot, bool mask_across,
+                     int32_t *cu) {
+    int n = 0;
+    for (int64_t b = 0; b < B; b++) {
+        cu[n++] = (int32_t)(b * T);
+        for (int64_t t = 0; t < T; t++) {
+            const int64_t i = b * T + t;
+            if (eot < 0 || inputs[i] != eot) continue;
+            if (t + 1 < T) cu[n++] = (int32_t)(i + 1);
+            if (mask_across && targets) targets[i] = -1;
+        }
+    }
+    cu[n] = (int32_t)(B * T);
+    return n;
+}

@@ -83,6 +83,14 @@ int loader_n_shards(const Loader *l);
 /* One line such as "data/gcide (train): 1 shard, 9.8M tokens, 9562 windows of 1024+1, 298 batches/epoch". */
 void loader_describe(const Loader *l, char *buf, size_t len);
 
+/* Documents in a batch of B rows of T inputs: an input equal to eot (>= 0) ends its document and the
+ * next position starts one. Writes the offsets of the packed sequences over the B*T positions taken
+ * row after row into cu (room for B*T + 1): 0, each row's start, each position after an end-of-text
+ * inside a row, and B*T; returns their count n (cu[0 .. n]). With mask_across, the target at each
+ * end-of-text input (the first token of the next document) becomes -1, which the loss ignores. */
+int loader_documents(const int32_t *inputs, int32_t *targets, int64_t B, int64_t T, int32_t eot, bool mask_across,
+                     int32_t *cu);
+
 /* Whether a source has data for split (a folder with val shards, a text file with val_fraction > 0
  * ...), without opening it; for `train` to decide whether to evaluate. */
 bool loader_split_exists(const char *source, DataSplit split, double val_fraction);

@@ -13,7 +13,12 @@
  * The kernels are compiled for a window of KW taps: KW = 4 (the default conv_size) exactly, and
  * KW = CONV1D_MAX_W for any other W, with w right-aligned in the window (tap i at KW - W + i) and zero
  * taps before it. The zero taps leave pre unchanged, so one body serves both; they only cost the
- * padded kernel KW - W extra steps per segment. */
+ * padded kernel KW - W extra steps per segment.
+ *
+ * Documents (doc_start non-NULL) take instantiations of their own (DOCS), so the plain kernels stay
+ * as they are: a start at step t clears the x window before x[t] enters it, and the backward's dx[t]
+ * stops taking dpre at the first start after t (a bit mask of the window's starts). The start flags
+ * are one int per time step, the same address for a whole warp. */
 #include <type_traits>
 
 #include "kernels/column_sum.cuh"
@@ -84,6 +89,30 @@ __device__ __forceinline__ void conv_load_window(float (&wr)[V][KW], float (&xw)
     }
 }
 
+/* Documents: the loaded window of step t0 - 1 keeps no x from before the last start in it. */
+template <int V, int KW>
+__device__ __forceinline__ void conv_window_docs(float (&xw)[V][KW], const int *__restrict__ dsr, int t0) {
+#pragma unroll
+    for (int j = 1; j < KW; j++) {
+        const int t = t0 - KW + j;
+        if (t >= 0 && dsr[t])
+#pragma unroll
+            for (int v = 0; v < V; v++)
+#pragma unroll
+                for (int i = 0; i < j; i++) xw[v][i] = 0.f;
+    }
+}
+
+/* A document starts at this step: nothing before it stays in the window (called before the step's x
+ * is shifted in, so every slot goes). */
+template <int V, int KW>
+__device__ __forceinline__ void conv_clear_window(float (&xw)[V][KW]) {
+#pragma unroll
+    for (int v = 0; v < V; v++)
+#pragma unroll
+        for (int j = 0; j < KW; j++) xw[v][j] = 0.f;
+}
+
 template <int KW>
 __device__ __forceinline__ void conv_shift_in(float (&win)[KW], float v) {
 #pragma unroll
@@ -101,10 +130,10 @@ __device__ __forceinline__ float conv_dot(const float (&wr)[KW], const float (&x
 
 /* Grid (ceil(C / (CONV_BLOCK * V)), segments, B); V divides C. Offsets are from the thread's per-(b, c)
  * base pointer, in I: int when they all fit (conv_grid), else long long. */
-template <typename T, int V, int KW, typename I>
+template <typename T, int V, int KW, typename I, bool DOCS>
 __global__ void __launch_bounds__(CONV_BLOCK)
-    conv_fwd_kernel(T *__restrict__ y, const T *__restrict__ x, const T *__restrict__ w, int Tn, int C, int W,
-                    int seg_len, int silu) {
+    conv_fwd_kernel(T *__restrict__ y, const T *__restrict__ x, const T *__restrict__ w, const int *__restrict__ ds,
+                    int Tn, int C, int W, int seg_len, int silu) {
     const unsigned cv = (blockIdx.x * CONV_BLOCK + threadIdx.x) * V; /* unsigned: no overflow for C near 2^31 */
     if (cv >= (unsigned)C) return;
     const int c = (int)cv;
@@ -112,16 +141,24 @@ __global__ void __launch_bounds__(CONV_BLOCK)
     const long long base = (long long)blockIdx.z * Tn * C + c;
     const T *xc = x + base;
     T *yc = y + base;
+    const int *dsr = DOCS ? ds + (long long)blockIdx.z * Tn : nullptr;
     float wr[V][KW], xw[V][KW];
     conv_load_window<T, V, KW, I>(wr, xw, w + (long long)c * W, xc, t0, C, W);
+    if constexpr (DOCS) conv_window_docs<V, KW>(xw, dsr, t0);
     I o = (I)t0 * C;
     for (int t = t0; t < t1; t += CONV_STEPS, o += (I)CONV_STEPS * C) {
         ConvVec<T, V> xv[CONV_STEPS];
+        int st[CONV_STEPS];
 #pragma unroll
-        for (int k = 0; k < CONV_STEPS; k++) xv[k] = conv_ld<T, V>(t + k < t1, xc + o + (I)k * C);
+        for (int k = 0; k < CONV_STEPS; k++) {
+            xv[k] = conv_ld<T, V>(t + k < t1, xc + o + (I)k * C);
+            if constexpr (DOCS) st[k] = t + k < t1 ? dsr[t + k] : 0;
+        }
 #pragma unroll
         for (int k = 0; k < CONV_STEPS; k++)
             if (t + k < t1) {
+                if constexpr (DOCS)
+                    if (st[k]) conv_clear_window<V, KW>(xw);
                 float yv[V];
 #pragma unroll
                 for (int v = 0; v < V; v++) {
@@ -140,11 +177,11 @@ __global__ void __launch_bounds__(CONV_BLOCK)
  * segment (each dpre is counted by the one thread owning its time step), and dx[u - KW + 1] =
  * sum_j w[j] dpre[u - j] is complete once dpre[u] is known. The KW dw sums of each channel go to
  * partial[((b * segments + seg) * C + c) * W + i] (the real taps only). */
-template <typename T, int V, int KW, typename I>
+template <typename T, int V, int KW, typename I, bool DOCS>
 __global__ void __launch_bounds__(CONV_BLOCK)
     conv_bwd_kernel(T *__restrict__ dx, float *__restrict__ partial, const T *__restrict__ dy,
-                    const T *__restrict__ x, const T *__restrict__ w, int Tn, int C, int W, int seg_len, int silu,
-                    int acc_dx) {
+                    const T *__restrict__ x, const T *__restrict__ w, const int *__restrict__ ds, int Tn, int C, int W,
+                    int seg_len, int silu, int acc_dx) {
     const unsigned cv = (blockIdx.x * CONV_BLOCK + threadIdx.x) * V;
     if (cv >= (unsigned)C) return;
     const int c = (int)cv;
@@ -152,8 +189,11 @@ __global__ void __launch_bounds__(CONV_BLOCK)
     const long long base = (long long)blockIdx.z * Tn * C + c;
     const T *xc = x + base, *dyc = dy + base;
     T *dxc = dx ? dx + base : nullptr;
+    const int *dsr = DOCS ? ds + (long long)blockIdx.z * Tn : nullptr;
     float wr[V][KW], xw[V][KW], gw[V][KW], dwa[V][KW];
     conv_load_window<T, V, KW, I>(wr, xw, w + (long long)c * W, xc, t0, C, W);
+    if constexpr (DOCS) conv_window_docs<V, KW>(xw, dsr, t0);
+    unsigned sb = 0; /* DOCS: bit m = a document starts at step u - KW + 1 + m */
 #pragma unroll
     for (int v = 0; v < V; v++)
 #pragma unroll
@@ -162,17 +202,23 @@ __global__ void __launch_bounds__(CONV_BLOCK)
     I o = (I)t0 * C;
     for (int u = t0; u < u1; u += CONV_STEPS, o += (I)CONV_STEPS * C) {
         ConvVec<T, V> xv[CONV_STEPS], gv[CONV_STEPS], dv[CONV_STEPS];
+        int st[CONV_STEPS];
 #pragma unroll
         for (int k = 0; k < CONV_STEPS; k++) {
             const bool in = u + k < u_in, out = dxc && acc_dx && u + k < u1 && u + k - (KW - 1) >= t0;
             xv[k] = conv_ld<T, V>(in, xc + o + (I)k * C);
             gv[k] = conv_ld<T, V>(in, dyc + o + (I)k * C);
             dv[k] = conv_ld<T, V>(out, dxc + o + (I)(k - (KW - 1)) * C);
+            if constexpr (DOCS) st[k] = in ? dsr[u + k] : 0;
         }
 #pragma unroll
         for (int k = 0; k < CONV_STEPS; k++) {
             const int uk = u + k;
             if (uk >= u1) break;
+            if constexpr (DOCS) {
+                sb = (sb >> 1) | ((st[k] ? 1u : 0u) << (KW - 1));
+                if (st[k]) conv_clear_window<V, KW>(xw);
+            }
 #pragma unroll
             for (int v = 0; v < V; v++) {
                 conv_shift_in(xw[v], to_f32(xv[k].v[v]));
@@ -187,12 +233,16 @@ __global__ void __launch_bounds__(CONV_BLOCK)
                 conv_shift_in(gw[v], g);
             }
             if (dxc && uk - (KW - 1) >= t0) {
+                /* DOCS: dpre[t + m] reaches dx[t = uk - KW + 1] for m below the first start after t */
+                const unsigned later = sb & ~1u;
+                const int mlim = DOCS && later ? __ffs((int)later) - 1 : KW;
                 float dxv[V];
 #pragma unroll
                 for (int v = 0; v < V; v++) {
                     float s = 0.f;
 #pragma unroll
-                    for (int j = 0; j < KW; j++) s += wr[v][j] * gw[v][KW - 1 - j];
+                    for (int j = 0; j < KW; j++)
+                        if (!DOCS || KW - 1 - j < mlim) s += wr[v][j] * gw[v][KW - 1 - j];
                     dxv[v] = to_f32(dv[k].v[v]) + s;
                 }
                 conv_st<T, V>(dxc + o + (I)(k - (KW - 1)) * C, dxv);
@@ -224,23 +274,31 @@ static int conv_vec(int64_t C, const void *p0, const void *p1, const void *p2 = 
 /* Launches the widest instantiation V <= vec (V halves from the kernel's cap; every V below a fitting
  * one fits too). grid.x is set here: it depends on V. */
 template <typename T, int KW, typename I, int V>
-static void conv_fwd_launch(int vec, dim3 grid, cudaStream_t s, T *y, const T *x, const T *w, int Tn, int C, int W,
-                            int seg_len, int silu) {
+static void conv_fwd_launch(int vec, dim3 grid, cudaStream_t s, T *y, const T *x, const T *w, const int *ds, int Tn,
+                            int C, int W, int seg_len, int silu) {
     if constexpr (V > 1)
-        if (vec < V) return conv_fwd_launch<T, KW, I, V / 2>(vec, grid, s, y, x, w, Tn, C, W, seg_len, silu);
+        if (vec < V) return conv_fwd_launch<T, KW, I, V / 2>(vec, grid, s, y, x, w, ds, Tn, C, W, seg_len, silu);
     grid.x = (unsigned)(((int64_t)C + CONV_BLOCK * V - 1) / (CONV_BLOCK * V));
-    conv_fwd_kernel<T, V, KW, I><<<grid, CONV_BLOCK, 0, s>>>(y, x, w, Tn, C, W, seg_len, silu);
+    if (ds)
+        conv_fwd_kernel<T, V, KW, I, true><<<grid, CONV_BLOCK, 0, s>>>(y, x, w, ds, Tn, C, W, seg_len, silu);
+    else
+        conv_fwd_kernel<T, V, KW, I, false><<<grid, CONV_BLOCK, 0, s>>>(y, x, w, nullptr, Tn, C, W, seg_len, silu);
 }
 
 template <typename T, int KW, typename I, int V>
 static void conv_bwd_launch(int vec, dim3 grid, cudaStream_t s, T *dx, float *partial, const T *dy, const T *x,
-                            const T *w, int Tn, int C, int W, int seg_len, int silu, int acc_dx) {
+                            const T *w, const int *ds, int Tn, int C, int W, int seg_len, int silu, int acc_dx) {
     if constexpr (V > 1)
         if (vec < V)
-            return conv_bwd_launch<T, KW, I, V / 2>(vec, grid, s, dx, partial, dy, x, w, Tn, C, W, seg_len, silu,
+            return conv_bwd_launch<T, KW, I, V / 2>(vec, grid, s, dx, partial, dy, x, w, ds, Tn, C, W, seg_len, silu,
                                                     acc_dx);
     grid.x = (unsigned)(((int64_t)C + CONV_BLOCK * V - 1) / (CONV_BLOCK * V));
-    conv_bwd_kernel<T, V, KW, I><<<grid, CONV_BLOCK, 0, s>>>(dx, partial, dy, x, w, Tn, C, W, seg_len, silu, acc_dx);
+    if (ds)
+        conv_bwd_kernel<T, V, KW, I, true>
+            <<<grid, CONV_BLOCK, 0, s>>>(dx, partial, dy, x, w, ds, Tn, C, W, seg_len, silu, acc_dx);
+    else
+        conv_bwd_kernel<T, V, KW, I, false>
+            <<<grid, CONV_BLOCK, 0, s>>>(dx, partial, dy, x, w, nullptr, Tn, C, W, seg_len, silu, acc_dx);
 }
 
 /* Runs LAUNCH<T, KW, I, MAXVEC<T>()>(...) with KW = 4 or CONV1D_MAX_W, I = int or long long. */
@@ -266,20 +324,21 @@ static dim3 conv_grid(int64_t B, int64_t T, int64_t C, bool *small) {
     return dim3(1, (unsigned)conv1d_causal_segments(B, T), (unsigned)B);
 }
 
-extern "C" void conv1d_causal_forward_cuda(DType dt, void *y, const void *x, const void *w, int64_t B, int64_t Tlen,
-                                           int64_t C, int64_t W, int silu, void *stream) {
+extern "C" void conv1d_causal_forward_cuda(DType dt, void *y, const void *x, const void *w, const int32_t *doc_start,
+                                           int64_t B, int64_t Tlen, int64_t C, int64_t W, int silu, void *stream) {
     if (B * Tlen * C == 0) return;
     bool small;
     dim3 grid = conv_grid(B, Tlen, C, &small);
     int seg_len = (int)conv1d_causal_seg_len(B, Tlen);
     CONV_LAUNCH(conv_fwd_launch, conv_fwd_max_vec, dt, W, small, conv_vec<T>(C, y, x), grid, (cudaStream_t)stream,
-                (T *)y, (const T *)x, (const T *)w, (int)Tlen, (int)C, (int)W, seg_len, silu);
+                (T *)y, (const T *)x, (const T *)w, (const int *)doc_start, (int)Tlen, (int)C, (int)W, seg_len, silu);
     KERNEL_CHECK();
 }
 
 extern "C" void conv1d_causal_backward_cuda(DType dt, void *dx, void *dw, float *partial, const void *dy,
-                                            const void *x, const void *w, int64_t B, int64_t Tlen, int64_t C,
-                                            int64_t W, int silu, int acc_dx, int acc_dw, void *stream) {
+                                            const void *x, const void *w, const int32_t *doc_start, int64_t B,
+                                            int64_t Tlen, int64_t C, int64_t W, int silu, int acc_dx, int acc_dw,
+                                            void *stream) {
     if (C * W == 0 || (!dx && !dw)) return;
     cudaStream_t s = (cudaStream_t)stream;
     if (B * Tlen == 0) { /* no time steps: dx is empty, dw a sum of nothing */
@@ -291,7 +350,8 @@ extern "C" void conv1d_causal_backward_cuda(DType dt, void *dx, void *dw, float 
     int seg_len = (int)conv1d_causal_seg_len(B, Tlen);
     float *part = dw ? partial : nullptr;
     CONV_LAUNCH(conv_bwd_launch, conv_bwd_max_vec, dt, W, small, conv_vec<T>(C, dx, dy, x), grid, s, (T *)dx, part,
-                (const T *)dy, (const T *)x, (const T *)w, (int)Tlen, (int)C, (int)W, seg_len, silu, acc_dx);
+                (const T *)dy, (const T *)x, (const T *)w, (const int *)doc_start, (int)Tlen, (int)C, (int)W, seg_len,
+                silu, acc_dx);
     KERNEL_CHECK();
     if (dw) {
         DISPATCH_F32_BF16(dt, "conv1d_causal",

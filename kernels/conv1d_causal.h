@@ -11,7 +11,11 @@
  * deterministically: on CUDA every (batch row, segment) writes float partials [C * W] into `partial`
  * (conv1d_causal_dw_chunks(B, T) * C * W floats of device scratch), summed afterwards in a fixed order.
  * W is at most CONV1D_MAX_W. dx or dw NULL skips that gradient (partial may then be NULL too);
- * acc_dx / acc_dw add into dx / dw instead of overwriting. */
+ * acc_dx / acc_dw add into dx / dw instead of overwriting.
+ * Documents: doc_start, int32 [B, T] (device memory on CUDA) or NULL, is nonzero where a document
+ * begins inside a row; a position then reads no x before its document's start, as if its row began
+ * there (x before it is zero), so no window crosses a boundary, and the backward is that function's.
+ * NULL runs the plain kernels, the same code and bits as without the argument. */
 #pragma once
 #include <stdint.h>
 
@@ -40,16 +44,17 @@ static inline int64_t conv1d_causal_segments(int64_t B, int64_t T) {
 /* Float partials [chunks][C * W] the CUDA backward needs in `partial` (0 when B * T = 0). */
 static inline int64_t conv1d_causal_dw_chunks(int64_t B, int64_t T) { return B * conv1d_causal_segments(B, T); }
 
-void conv1d_causal_forward_cpu(DType dt, void *y, const void *x, const void *w, int64_t B, int64_t T, int64_t C,
-                               int64_t W, int silu);
-void conv1d_causal_backward_cpu(DType dt, void *dx, void *dw, const void *dy, const void *x, const void *w, int64_t B,
-                                int64_t T, int64_t C, int64_t W, int silu, int acc_dx, int acc_dw);
+void conv1d_causal_forward_cpu(DType dt, void *y, const void *x, const void *w, const int32_t *doc_start, int64_t B,
+                               int64_t T, int64_t C, int64_t W, int silu);
+void conv1d_causal_backward_cpu(DType dt, void *dx, void *dw, const void *dy, const void *x, const void *w,
+                                const int32_t *doc_start, int64_t B, int64_t T, int64_t C, int64_t W, int silu,
+                                int acc_dx, int acc_dw);
 
-void conv1d_causal_forward_cuda(DType dt, void *y, const void *x, const void *w, int64_t B, int64_t T, int64_t C,
-                                int64_t W, int silu, void *stream);
+void conv1d_causal_forward_cuda(DType dt, void *y, const void *x, const void *w, const int32_t *doc_start, int64_t B,
+                                int64_t T, int64_t C, int64_t W, int silu, void *stream);
 void conv1d_causal_backward_cuda(DType dt, void *dx, void *dw, float *partial, const void *dy, const void *x,
-                                 const void *w, int64_t B, int64_t T, int64_t C, int64_t W, int silu, int acc_dx,
-                                 int acc_dw, void *stream);
+                                 const void *w, const int32_t *doc_start, int64_t B, int64_t T, int64_t C, int64_t W,
+                                 int silu, int acc_dx, int acc_dw, void *stream);
 
 #ifdef __cplusplus
 }

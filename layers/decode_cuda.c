@@ -1,7 +1,9 @@
-/* Recurrent decoding on CUDA: the step of layers/decode.c with every array on the GPU. Matvecs are
- * 1-row cuBLAS products through kernels/matmul (the residual adds folded in as accumulate = 1),
- * norms, activations and SwiGLU reuse the ops' kernels, the short convs and the gate are
- * kernels/decode_step.cu, the recurrent state is updated in place by kernels/gdp/decode.cu.
+/* Recurrent decoding on CUDA, one token: model_forward_state's math for T = 1 with every array on
+ * the GPU, in per-token kernels (a second copy of the layer kept for speed: the chunked ops at
+ * T = 1 would launch a chunk's work for one row). Matvecs are 1-row cuBLAS products through
+ * kernels/matmul (the residual adds folded in as accumulate = 1), norms, activations and SwiGLU
+ * reuse the ops' kernels, the short convs and the gate are kernels/decode_step.cu, the recurrent
+ * state is updated in place by kernels/gdp/decode.cu.
  * Everything is queued on the context's stream; only the logits come back to the host. */
 #include "layers/decode_cuda.h"
 
@@ -207,6 +209,30 @@ void decode_cuda_step(DecodeState *st, int token, float *logits) {
     CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)s_));
 }
 
+void decode_cuda_sync_state(DecodeState *st, bool to_model) {
+    DecodeCuda *dc = st->cuda;
+    const ModelConfig *c = &st->m->cfg;
+    size_t parts[4];
+    layer_parts(c, parts);
+    cudaStream_t s_ = (cudaStream_t)dc->stream;
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        CudaLayerState *ls = &dc->layers[i];
+        GdpLayerState *ms = &st->state.layers[i];
+        float *mine[4] = {ls->conv_q, ls->conv_k, ls->conv_v, ls->S};
+        Tensor *model[4] = {&ms->conv_q, &ms->conv_k, &ms->conv_v, &ms->S};
+        for (int j = 0; j < 4; j++) {
+            GDP_CHECK((size_t)model[j]->numel == parts[j] && model[j]->device == DEV_CUDA,
+                      "decode on cuda: state '%s' does not match the step's layout (%zu floats)", model[j]->name,
+                      parts[j]);
+            if (!parts[j]) continue;
+            void *dst = to_model ? model[j]->data : (void *)mine[j];
+            const void *src = to_model ? (const void *)mine[j] : model[j]->data;
+            CUDA_CHECK(cudaMemcpyAsync(dst, src, parts[j] * sizeof(float), cudaMemcpyDeviceToDevice, s_));
+        }
+    }
+    CUDA_CHECK(cudaStreamSynchronize(s_));
+}
+
 #else /* no CUDA in this build */
 
 static void no_cuda(void) {
@@ -226,6 +252,10 @@ void decode_cuda_free(DecodeState *st) {
 }
 void decode_cuda_step(DecodeState *st, int token, float *logits) {
     (void)st, (void)token, (void)logits;
+    no_cuda();
+}
+void decode_cuda_sync_state(DecodeState *st, bool to_model) {
+    (void)st, (void)to_model;
     no_cuda();
 }
 

@@ -80,21 +80,109 @@ static Tensor *conv_silu(Ctx *ctx, Tensor *x, Tensor *w) {
     return op_conv1d_causal_silu(ctx, x, w2);
 }
 
+/* conv_silu continuing from the last W-1 inputs in `tail` [B, W-1, C] (NULL: zeros before x), which
+ * becomes the last W-1 rows of [tail, x]. The conv runs over [tail, x] and its first W-1 outputs are
+ * dropped, so the op needs no initial-state argument; not taped (inference only). */
+static Tensor *conv_silu_state(Ctx *ctx, Tensor *x, Tensor *w, Tensor *tail) {
+    if (!w || !tail || tail->numel == 0) return conv_silu(ctx, x, w);
+    const int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], P = tail->shape[1];
+    char dx[TENSOR_DESC_LEN], dt[TENSOR_DESC_LEN];
+    GDP_CHECK(tail->ndim == 3 && tail->shape[0] == B && tail->shape[2] == C && tail->dtype == x->dtype &&
+                  tensor_is_contiguous(x),
+              "gdp layer: conv state %s does not fit the input %s (the state was made for another batch or dtype)",
+              tensor_describe(tail, dt, sizeof dt), tensor_describe(x, dx, sizeof dx));
+    Tensor *ext = tensor_new(ctx, LIFE_ACT, x->dtype, SHAPE(B, P + T, C));
+    for (int64_t b = 0; b < B; b++) {
+        op_copy_or_accumulate(ctx, tensor_view(ctx, ext, SHAPE(P * C), (const int64_t[]){1}, b * (P + T) * C),
+                              tensor_view(ctx, tail, SHAPE(P * C), (const int64_t[]){1}, b * P * C), false);
+        op_copy_or_accumulate(ctx, tensor_view(ctx, ext, SHAPE(T * C), (const int64_t[]){1}, (b * (P + T) + P) * C),
+                              tensor_view(ctx, x, SHAPE(T * C), (const int64_t[]){1}, b * T * C), false);
+    }
+    const int64_t rows[3] = {(P + T) * C, C, 1};
+    op_copy_or_accumulate(ctx, tail, tensor_view(ctx, ext, SHAPE(B, P, C), rows, T * C), false);
+    Tensor *y = conv_silu(ctx, ext, w);
+    return op_contiguous(ctx, tensor_view(ctx, y, SHAPE(B, T, C), rows, P * C));
+}
+
 static Tensor *conv_norm(Ctx *ctx, const void *user, Tensor *x) {
     const struct ConvNorm *seg = (const struct ConvNorm *)user;
     return op_l2norm(ctx, conv_silu(ctx, x, seg->conv), seg->group, L2NORM_EPS);
 }
 
+/* conv_silu over packed documents: no window reaches back past a document start. */
+static Tensor *conv_silu_docs(Ctx *ctx, Tensor *x, Tensor *w, const Tensor *doc_start) {
+    if (!w) return op_silu(ctx, x);
+    Tensor *w2 = op_reshape(ctx, param_like(ctx, w, x), SHAPE(w->shape[0], w->shape[2]));
+    return op_conv1d_causal_silu_docs(ctx, x, w2, doc_start);
+}
+
+/* conv_norm's argument over documents; in step memory, so a recomputing backward still finds it. */
+struct ConvNormDocs {
+    struct ConvNorm seg;
+    const Tensor *doc_start;
+};
+
+static Tensor *conv_norm_docs(Ctx *ctx, const void *user, Tensor *x) {
+    const struct ConvNormDocs *d = (const struct ConvNormDocs *)user;
+    return op_l2norm(ctx, conv_silu_docs(ctx, x, d->seg.conv, d->doc_start), d->seg.group, L2NORM_EPS);
+}
+
+static const struct ConvNormDocs *conv_norm_docs_arg(Ctx *ctx, const struct ConvNorm *seg, const GdpDocs *docs) {
+    struct ConvNormDocs *d = (struct ConvNormDocs *)arena_alloc(&ctx->step_meta, sizeof *d);
+    d->seg = *seg, d->doc_start = docs->doc_start;
+    return d;
+}
+
+/* [B, T, ...] -> [1, B*T, ...]: the rows end to end, as the op takes packed sequences. */
+static Tensor *pack_rows(Ctx *ctx, Tensor *t) {
+    int64_t shape[GDP_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    shape[1] *= shape[0], shape[0] = 1;
+    return op_reshape(ctx, t, t->ndim, shape);
+}
+
+static Tensor *layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Tensor *x, bool recompute,
+                             GdpLayerState *st, const GdpDocs *docs);
+
 Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Tensor *x, bool recompute) {
+    return gdp_layer_forward_state(ctx, l, c, x, recompute, NULL);
+}
+
+Tensor *gdp_layer_forward_state(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Tensor *x, bool recompute,
+                                GdpLayerState *st) {
+    return layer_forward(ctx, l, c, x, recompute, st, NULL);
+}
+
+Tensor *gdp_layer_forward_docs(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Tensor *x, bool recompute,
+                               const GdpDocs *docs) {
+    return layer_forward(ctx, l, c, x, recompute, NULL, docs);
+}
+
+static Tensor *layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Tensor *x, bool recompute,
+                             GdpLayerState *st, const GdpDocs *docs) {
     const int64_t B = x->shape[0], T = x->shape[1];
     const int64_t H = c->num_heads, K = c->head_dim, V = cfg_head_v_dim(c), s = cfg_slots(c);
     const bool split = c->mode == GDP_MODE_SPLIT;
 
     Tensor *xr = linear_flatten(ctx, x); /* read by every projection */
     Tensor *q = linear_forward_rows(ctx, xr, l->q_proj, x), *k = linear_forward_rows(ctx, xr, l->k_proj, x);
-    q = recompute ? op_checkpoint(ctx, conv_norm, &l->q_seg, q) : conv_norm(ctx, &l->q_seg, q);
-    k = recompute ? op_checkpoint(ctx, conv_norm, &l->k_seg, k) : conv_norm(ctx, &l->k_seg, k);
-    Tensor *v = conv_silu(ctx, linear_forward_rows(ctx, xr, l->v_proj, x), l->v_conv);
+    if (st) {
+        GDP_CHECK(!ctx->grad_enabled, "gdp layer: a forward from a recurrent state is for inference: turn "
+                                      "recording off (ctx->grad_enabled = false)");
+        q = op_l2norm(ctx, conv_silu_state(ctx, q, l->q_conv, &st->conv_q), l->q_seg.group, L2NORM_EPS);
+        k = op_l2norm(ctx, conv_silu_state(ctx, k, l->k_conv, &st->conv_k), l->k_seg.group, L2NORM_EPS);
+    } else if (docs) {
+        const struct ConvNormDocs *qd = conv_norm_docs_arg(ctx, &l->q_seg, docs);
+        const struct ConvNormDocs *kd = conv_norm_docs_arg(ctx, &l->k_seg, docs);
+        q = recompute ? op_checkpoint(ctx, conv_norm_docs, qd, q) : conv_norm_docs(ctx, qd, q);
+        k = recompute ? op_checkpoint(ctx, conv_norm_docs, kd, k) : conv_norm_docs(ctx, kd, k);
+    } else {
+        q = recompute ? op_checkpoint(ctx, conv_norm, &l->q_seg, q) : conv_norm(ctx, &l->q_seg, q);
+        k = recompute ? op_checkpoint(ctx, conv_norm, &l->k_seg, k) : conv_norm(ctx, &l->k_seg, k);
+    }
+    Tensor *v = linear_forward_rows(ctx, xr, l->v_proj, x);
+    v = docs ? conv_silu_docs(ctx, v, l->v_conv, docs->doc_start)
+             : conv_silu_state(ctx, v, l->v_conv, st ? &st->conv_v : NULL);
 
     Tensor *beta = op_sigmoid(ctx, linear_forward_rows(ctx, xr, l->b_proj, x));
     if (c->allow_neg_eigval) beta = op_scale(ctx, beta, 2.0);
@@ -131,9 +219,18 @@ Tensor *gdp_layer_forward(Ctx *ctx, const GdpLayer *l, const ModelConfig *c, Ten
     }
     /* Selective recomputation trades time for memory here too: the op's chunk intermediates
      * (W, U, the chunk-start states, ...) are recomputed in backward rather than kept. */
+    if (docs) { /* the documents are the op's packed sequences over the rows laid end to end */
+        q4 = pack_rows(ctx, q4), k4 = pack_rows(ctx, k4), v4 = pack_rows(ctx, v4), b4 = pack_rows(ctx, b4);
+        if (g) g = pack_rows(ctx, g);
+    }
     GdpOpArgs args = {.mode = c->mode, .n = c->num_householder, .q = q4, .k = k4, .v = v4, .beta = b4, .g = g,
                       .mask = l->mask, .save_for_backward = !recompute};
+    if (docs) args.cu_seqlens = docs->cu_seqlens, args.n_seqs = docs->n_seqs;
+    Tensor *ht = NULL;
+    if (st) args.h0 = &st->S, args.ht_out = &ht, args.save_for_backward = false;
     Tensor *o = op_gated_deltaproduct(ctx, &args); /* [B, T, H, V] */
+    if (docs) o = op_reshape(ctx, o, SHAPE(B, T, H, V));
+    if (st) op_copy_or_accumulate(ctx, &st->S, ht, false);
     if (bf16_op) o = op_cast(ctx, o, GDP_F32);
 
     if (l->g_proj) {

@@ -17,6 +17,8 @@ typedef struct Block {
     Mlp mlp;           /* model.layers.N.mlp.* */
     const ModelConfig *cfg; /* the model's, set by model_forward (for recomputation) */
     bool selective;         /* set by model_forward: recompute the MLP half and the q/k conv + norm */
+    GdpLayerState *state;   /* set by model_forward_state (layers/state.h): the layer's recurrent state */
+    const GdpDocs *docs;    /* set by model_forward_docs: the batch's documents, or NULL */
 } Block;
 
 typedef struct Model {
@@ -44,3 +46,12 @@ Tensor *model_forward(Model *m, Tensor *ids);
 Tensor *model_loss(Model *m, Tensor *ids, Tensor *targets);
 /* Host int32 arrays [B*T] to tensors on the model's device, then model_loss. */
 Tensor *model_loss_host(Model *m, const int32_t *ids, const int32_t *targets, int64_t B, int64_t T);
+
+/* The same over packed documents (docs/data.md): cu_seqlens (host) holds n_seqs + 1 offsets into the
+ * B*T positions of ids taken row after row, strictly increasing from 0 to B*T, with every row's start
+ * b*T among them; each sequence between two offsets starts from a zero state and zero conv windows,
+ * as if run alone. cu_seqlens NULL: model_forward and model_loss. */
+Tensor *model_forward_docs(Model *m, Tensor *ids, const int32_t *cu_seqlens, int n_seqs);
+Tensor *model_loss_docs(Model *m, Tensor *ids, Tensor *targets, const int32_t *cu_seqlens, int n_seqs);
+Tensor *model_loss_host_docs(Model *m, const int32_t *ids, const int32_t *targets, const int32_t *cu_seqlens,
+                             int n_seqs, int64_t B, int64_t T);

@@ -4,7 +4,8 @@
     python3 scripts/export_hf.py CKPT OUTDIR
 
 CKPT is a checkpoint file (ckpt_NNNNNNNN.h5) or a training folder (its `latest` checkpoint).
-OUTDIR gets config.json (fla's GatedDeltaProductConfig) and model.safetensors (float32). Needs
+OUTDIR gets config.json (fla's GatedDeltaProductConfig), model.safetensors (float32) and, when the
+checkpoint's data had one, the tokenizer's tokenizer.json. Needs
 h5py, numpy and safetensors only. Then, with fla importable:
 
     from fla.models import GatedDeltaProductForCausalLM
@@ -19,6 +20,7 @@ models can be exported: fla has no split mode and no per-position classifier.
 """
 import json
 import os
+import shutil
 import sys
 import zlib
 
@@ -196,7 +198,21 @@ def export(ckpt, outdir):
         out.write("\n")
     tensors = {k: np.ascontiguousarray(params[k]) for k in sorted(want)}
     save_file(tensors, os.path.join(outdir, "model.safetensors"), metadata={"format": "pt"})
+    tok = tokenizer_json(config.get("gdp_tokenizer", ""))
+    if tok:
+        shutil.copyfile(tok, os.path.join(outdir, "tokenizer.json"))
     return config
+
+
+def tokenizer_json(path):
+    """The Hugging Face tokenizer.json of the tokenizer the data was prepared with, or None: the file
+    itself, or the tokenizer.json that gdp prepare writes beside its tokenizer.bin."""
+    if not path:
+        return None
+    if path.endswith(".json") and os.path.isfile(path):
+        return path
+    beside = os.path.join(os.path.dirname(path), "tokenizer.json")
+    return beside if os.path.isfile(beside) else None
 
 
 def main(argv):

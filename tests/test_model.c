@@ -308,6 +308,83 @@ START_TEST(decode_matches_forward_both_modes) {
 }
 END_TEST
 
+static double rel_l2_f32(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += (double)b[i] * b[i];
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+/* A prefill of L tokens (the chunked forward from a state) gives the logits of L decode steps, and
+ * decoding after it continues the same sequence; a batch of 2 states equals each alone; a prefill in
+ * chunks equals one call. */
+static void check_prefill_matches_decode(ModelConfig c) {
+    Ctx *ctx = ctx_create(DEV_CPU, ctx_default_sizes());
+    ParamStore ps;
+    Model m;
+    c.initializer_range = 0.2;
+    model_create(&m, &c, ctx, &ps, 7);
+    enum { T = 21 };
+    int32_t ids[2 * T];
+    Rng rng;
+    rng_seed(&rng, 11);
+    for (int t = 0; t < 2 * T; t++) ids[t] = (int32_t)rng_below(&rng, (uint64_t)c.vocab_size);
+    const int V = c.vocab_size;
+    const char *mode = c.mode == GDP_MODE_SPLIT ? "split" : "householder";
+    float *steps = (float *)xmalloc((size_t)T * V * sizeof(float)), *got = (float *)xmalloc((size_t)2 * V * sizeof(float));
+    DecodeState st;
+    decode_init(&st, &m);
+    for (int t = 0; t < T; t++) decode_step(&st, ids[t], steps + (int64_t)t * V);
+    const int lens[] = {1, 2, 4, 5, 13, T - 1};
+    for (size_t i = 0; i < GDP_ARRAY_LEN(lens); i++) {
+        const int L = lens[i];
+        decode_reset(&st);
+        decode_prefill(&st, ids, L, got);
+        double e = rel_l2_f32(got, steps + (int64_t)(L - 1) * V, V);
+        ck_assert_msg(e < 1e-5, "%s: prefill of %d vs %d decode steps: relative error %.3e", mode, L, L, e);
+        decode_step(&st, ids[L], got); /* then decoding goes on from the prefill's state */
+        e = rel_l2_f32(got, steps + (int64_t)L * V, V);
+        ck_assert_msg(e < 1e-5, "%s: a step after a prefill of %d: relative error %.3e", mode, L, e);
+        ck_assert_int_eq(st.pos, L + 1);
+    }
+    /* two sequences in one state, in chunks of 4, against each alone in one call */
+    ModelState two, one;
+    model_state_init(&two, &m, 2);
+    model_state_init(&one, &m, 1);
+    model_prefill_host(&m, &two, ids, T, 4, got);
+    for (int b = 0; b < 2; b++) {
+        float *alone = (float *)xmalloc((size_t)V * sizeof(float));
+        model_state_reset(&one);
+        model_prefill_host(&m, &one, ids + b * T, T, 0, alone);
+        double e = rel_l2_f32(got + (int64_t)b * V, alone, V);
+        ck_assert_msg(e < 1e-5, "%s: batch row %d of 2 (chunks of 4) vs alone: relative error %.3e", mode, b, e);
+        if (b == 0) ck_assert(rel_l2_f32(alone, steps + (int64_t)(T - 1) * V, V) < 1e-5);
+        free(alone);
+    }
+    ck_assert_int_eq(two.pos, T);
+    model_state_free(&two), model_state_free(&one);
+    decode_free(&st);
+    free(steps), free(got);
+    model_free(&m);
+    params_free_store(&ps);
+    ctx_destroy(ctx);
+}
+
+START_TEST(prefill_matches_decode_both_modes) {
+    ModelConfig c;
+    model_config_preset(&c, "tiny");
+    check_prefill_matches_decode(c);
+    c.mode = GDP_MODE_SPLIT;
+    check_prefill_matches_decode(c);
+    model_config_preset(&c, "tiny");
+    c.use_short_conv = false, c.use_output_gate = false, c.use_forget_gate = false, c.num_householder = 3;
+    c.tie_word_embeddings = false;
+    check_prefill_matches_decode(c);
+    model_config_preset(&c, "tiny");
+    c.conv_size = 2, c.expand_v = 2, c.num_householder = 1, c.allow_neg_eigval = false;
+    check_prefill_matches_decode(c);
+}
+END_TEST
+
 START_TEST(sampling) {
     float l[5] = {0, 3, 1, 2, -1};
     Rng rng;
@@ -536,6 +613,7 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, whole_model_gradients_f64);
     tcase_add_test(tc, recompute_gives_identical_gradients);
     tcase_add_test(tc, decode_matches_forward_both_modes);
+    tcase_add_test(tc, prefill_matches_decode_both_modes);
     tcase_add_test(tc, sampling);
     tcase_add_test(tc, tiny_model_learns_text);
     tcase_add_test(tc, exact_resume);

@@ -1,5 +1,5 @@
 /* Ops silu, sigmoid, softplus, exp, rmsnorm, l2norm, conv1d_causal and the fused gated_rmsnorm, swiglu
- * and conv1d_causal_silu on the CPU: forward on hand cases, backward against finite differences
+ * and conv1d_causal_silu (also over packed documents) on the CPU: forward on hand cases, backward against finite differences
  * (gradcheck_fd), the set-or-accumulate rule (fan-out and aliased inputs), the f32 path against f64,
  * and argument errors (each exits 1 with a message). */
 #include <math.h>
@@ -8,6 +8,7 @@
 #include "core/op_util.h"
 #include "core/ops.h"
 #include "core/ops_fused.h"
+#include "kernels/conv1d_causal.h"
 #include "tests/check_main.h"
 
 static Ctx *cpu(void) { return ctx_create(DEV_CPU, ctx_default_sizes()); }
@@ -309,6 +310,112 @@ START_TEST(conv1d_causal_silu_gradcheck) {
 }
 END_TEST
 
+/* Packed documents: the op with doc_start equals the op run on each document alone (float64), values
+ * and both gradients (dw summed over the documents), for W 2, 4, 7 and 8, with and without SiLU, over
+ * rows of 70 steps (three time segments) with documents of every length from 1 up, adjacent starts
+ * and starts at the segment boundaries. */
+#define DOCS_B 2
+#define DOCS_T 70
+#define DOCS_C 3
+static void docs_starts(int32_t *st) {
+    uint64_t seed = 99;
+    Rng rng;
+    rng_seed(&rng, seed);
+    for (int i = 0; i < DOCS_B * DOCS_T; i++) st[i] = rng_below(&rng, 5) == 0;
+    st[32] = st[33] = 1, st[DOCS_T + 64] = 1, st[DOCS_T + 31] = 1;
+}
+
+static void docs_run(bool silu, int64_t W, const int32_t *starts, double *y, double *dx, double *dw) {
+    Ctx *ctx = cpu();
+    uint64_t seed = 17;
+    Tensor *x = gc_random(ctx, GDP_F64, &seed, -2, 2, SHAPE(DOCS_B, DOCS_T, DOCS_C));
+    Tensor *w = gc_random(ctx, GDP_F64, &seed, -1, 1, SHAPE(DOCS_C, W));
+    Tensor *dy = gc_random(ctx, GDP_F64, &seed, -1, 1, SHAPE(DOCS_B, DOCS_T, DOCS_C));
+    dy->requires_grad = false;
+    if (starts) {
+        Tensor *ds = tensor_from_host(ctx, LIFE_ACT, GDP_I32, SHAPE(DOCS_B, DOCS_T), starts);
+        Tensor *out = silu ? op_conv1d_causal_silu_docs(ctx, x, w, ds) : op_conv1d_causal_docs(ctx, x, w, ds);
+        tape_backward_seeded(ctx, out, dy);
+        tensor_to_doubles(out, y), tensor_to_doubles(x->grad, dx), tensor_to_doubles(w->grad, dw);
+        ctx_destroy(ctx);
+        return;
+    }
+    /* each document alone: its own rows of x and dy, a fresh copy of w */
+    double xs[DOCS_B * DOCS_T * DOCS_C], dys[DOCS_B * DOCS_T * DOCS_C], ws[DOCS_C * CONV1D_MAX_W];
+    tensor_to_doubles(x, xs), tensor_to_doubles(dy, dys), tensor_to_doubles(w, ws);
+    int32_t st[DOCS_B * DOCS_T];
+    docs_starts(st);
+    for (int64_t i = 0; i < DOCS_C * W; i++) dw[i] = 0;
+    for (int64_t b = 0; b < DOCS_B; b++)
+        for (int64_t s0 = 0, s1; s0 < DOCS_T; s0 = s1) {
+            for (s1 = s0 + 1; s1 < DOCS_T && !st[b * DOCS_T + s1]; s1++) {}
+            const int64_t n = s1 - s0, off = (b * DOCS_T + s0) * DOCS_C;
+            Tensor *xd = from(ctx, GDP_F64, SHAPE(1, n, DOCS_C), xs + off, true);
+            Tensor *wd = from(ctx, GDP_F64, SHAPE(DOCS_C, W), ws, true);
+            Tensor *out = silu ? op_conv1d_causal_silu(ctx, xd, wd) : op_conv1d_causal(ctx, xd, wd);
+            tape_backward_seeded(ctx, out, from(ctx, GDP_F64, SHAPE(1, n, DOCS_C), dys + off, false));
+            double wg[DOCS_C * CONV1D_MAX_W];
+            tensor_to_doubles(out, y + off), tensor_to_doubles(xd->grad, dx + off), tensor_to_doubles(wd->grad, wg);
+            for (int64_t i = 0; i < DOCS_C * W; i++) dw[i] += wg[i];
+            ctx_step_reset(ctx);
+        }
+    ctx_destroy(ctx);
+}
+
+START_TEST(conv1d_causal_docs_matches_separate_documents) {
+    enum { N = DOCS_B * DOCS_T * DOCS_C };
+    int32_t st[DOCS_B * DOCS_T];
+    docs_starts(st);
+    const int64_t widths[] = {2, 4, 7, 8};
+    for (int silu = 0; silu <= 1; silu++)
+        for (size_t k = 0; k < GDP_ARRAY_LEN(widths); k++) {
+            const int64_t W = widths[k];
+            double y[N], dx[N], dw[DOCS_C * CONV1D_MAX_W], ry[N], rdx[N], rdw[DOCS_C * CONV1D_MAX_W];
+            docs_run(silu, W, st, y, dx, dw);
+            docs_run(silu, W, NULL, ry, rdx, rdw);
+            for (int i = 0; i < N; i++) {
+                ck_assert_msg(fabs(y[i] - ry[i]) <= 1e-14, "silu %d W %lld y[%d]: %.17g, alone %.17g", silu,
+                              (long long)W, i, y[i], ry[i]);
+                ck_assert_msg(fabs(dx[i] - rdx[i]) <= 1e-14, "silu %d W %lld dx[%d]: %.17g, alone %.17g", silu,
+                              (long long)W, i, dx[i], rdx[i]);
+            }
+            for (int i = 0; i < DOCS_C * W; i++)
+                ck_assert_msg(fabs(dw[i] - rdw[i]) <= 1e-12, "silu %d W %lld dw[%d]: %.17g, alone %.17g", silu,
+                              (long long)W, i, dw[i], rdw[i]);
+        }
+}
+END_TEST
+
+/* No start marked: the documents path gives the plain op's bits (f32, where the order shows). */
+START_TEST(conv1d_causal_docs_without_starts_is_plain) {
+    float r[2][3][DOCS_B * DOCS_T * DOCS_C];
+    for (int docs = 0; docs <= 1; docs++) {
+        Ctx *ctx = cpu();
+        uint64_t seed = 3;
+        Tensor *x = gc_random(ctx, GDP_F32, &seed, -2, 2, SHAPE(DOCS_B, DOCS_T, DOCS_C));
+        Tensor *w = gc_random(ctx, GDP_F32, &seed, -1, 1, SHAPE(DOCS_C, 4));
+        Tensor *dy = gc_random(ctx, GDP_F32, &seed, -1, 1, SHAPE(DOCS_B, DOCS_T, DOCS_C));
+        dy->requires_grad = false;
+        Tensor *ds = tensor_zeros(ctx, LIFE_ACT, GDP_I32, SHAPE(DOCS_B, DOCS_T));
+        Tensor *y = docs ? op_conv1d_causal_silu_docs(ctx, x, w, ds) : op_conv1d_causal_silu(ctx, x, w);
+        tape_backward_seeded(ctx, y, dy);
+        tensor_to_host(y, r[docs][0]), tensor_to_host(x->grad, r[docs][1]), tensor_to_host(w->grad, r[docs][2]);
+        ctx_destroy(ctx);
+    }
+    ck_assert_msg(memcmp(r[0][0], r[1][0], sizeof r[0][0]) == 0, "y differs");
+    ck_assert_msg(memcmp(r[0][1], r[1][1], sizeof r[0][1]) == 0, "dx differs");
+    ck_assert_msg(memcmp(r[0][2], r[1][2], DOCS_C * 4 * sizeof(float)) == 0, "dw differs");
+}
+END_TEST
+
+START_TEST(conv_docs_starts_wrong_shape) {
+    Ctx *ctx = cpu();
+    op_conv1d_causal_docs(ctx, tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 4, 3)),
+                          tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(3, 2)),
+                          tensor_zeros(ctx, LIFE_ACT, GDP_I32, SHAPE(1, 4)));
+}
+END_TEST
+
 /* ---- fused: gated_rmsnorm, swiglu ----------------------------------------------------------- */
 START_TEST(gated_rmsnorm_forward_hand_case) {
     Ctx *ctx = cpu();
@@ -520,6 +627,8 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, conv1d_causal_gradcheck);
     tcase_add_test(tc, conv1d_causal_silu_matches_unfused);
     tcase_add_test(tc, conv1d_causal_silu_gradcheck);
+    tcase_add_test(tc, conv1d_causal_docs_matches_separate_documents);
+    tcase_add_test(tc, conv1d_causal_docs_without_starts_is_plain);
     tcase_add_test(tc, gated_rmsnorm_forward_hand_case);
     tcase_add_test(tc, gated_rmsnorm_gradcheck);
     tcase_add_test(tc, swiglu_hand_case);
@@ -537,6 +646,7 @@ static Suite *make_suite(void) {
     tcase_add_exit_test(tc, l2norm_null_input, 1);
     tcase_add_exit_test(tc, conv_channel_mismatch, 1);
     tcase_add_exit_test(tc, conv_x_not_3d, 1);
+    tcase_add_exit_test(tc, conv_docs_starts_wrong_shape, 1);
     tcase_add_exit_test(tc, conv_kernel_too_wide, 1);
     tcase_add_exit_test(tc, conv_dtype_mismatch, 1);
     tcase_add_exit_test(tc, conv_null_weight, 1);

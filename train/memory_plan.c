@@ -70,6 +70,16 @@ static void probe(Model *m, const MemorySpec *s, int64_t T, ArenaTrace tr[N_STEP
     const int64_t B = s->batch, n = B * T;
     int32_t *ids = (int32_t *)xcalloc((size_t)n, sizeof(int32_t));
     int32_t *tg = (int32_t *)xcalloc((size_t)n, sizeof(int32_t));
+    /* Documents: the op's memory grows with their count, not their lengths; rows cut evenly. */
+    int32_t *cu = NULL;
+    int n_seqs = 0;
+    if (s->max_seqs > 0) {
+        const int64_t k = GDP_MIN(CEIL_DIV(s->max_seqs, B), T);
+        cu = (int32_t *)xmalloc((size_t)(B * k + 1) * sizeof(int32_t));
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t j = 0; j < k; j++) cu[n_seqs++] = (int32_t)(b * T + j * T / k);
+        cu[n_seqs] = (int32_t)n;
+    }
     const bool was = ctx->grad_enabled;
     ctx_step_reset(ctx);
     for (int i = 0; i < N_STEP_ARENAS; i++) arena_trace_start(step_arena(ctx, i), &tr[i]);
@@ -78,16 +88,16 @@ static void probe(Model *m, const MemorySpec *s, int64_t T, ArenaTrace tr[N_STEP
          * into them (some through a scratch buffer) */
         params_zero_grad(m->ps);
         ctx->grad_enabled = true;
-        tape_backward(ctx, model_loss_host(m, ids, tg, B, T));
+        tape_backward(ctx, model_loss_host_docs(m, ids, tg, cu, n_seqs, B, T));
         ctx_step_reset(ctx);
     }
     ctx->grad_enabled = false; /* validation (train_evaluate) runs in the same arenas */
-    model_loss_host(m, ids, tg, B, T);
+    model_loss_host_docs(m, ids, tg, cu, n_seqs, B, T);
     ctx_step_reset(ctx);
     ctx->grad_enabled = was;
     for (int i = 0; i < N_STEP_ARENAS; i++) arena_trace_stop(step_arena(ctx, i));
     ctx_synchronize(ctx);
-    free(ids), free(tg);
+    free(ids), free(tg), free(cu);
 }
 
 static int64_t *trace_sizes(const ArenaTrace *t, int *n) {

@@ -28,6 +28,8 @@ typedef struct MemorySpec {
     /* > 0: a size the user gave (--persist-mem, --act-mem, ...): taken as it is */
     size_t persist_bytes, act_bytes, grad_bytes, scratch_bytes;
     int64_t probe_period;        /* tokens between the measured lengths (default 64, the GDP op's chunk) */
+    int64_t max_seqs;            /* > 0: documents, at most this many sequences a batch (model_forward_docs):
+                                  * the step is measured with that many (at most one a token); 0: none */
     double margin;               /* fraction added to each planned step arena (default 0.02) */
 } MemorySpec;
 

@@ -25,6 +25,7 @@ TrainOptions train_default_options(void) {
     o.bf16_gemm_copies = true;
     o.max_skips = 10;
     o.skip_window = 128;
+    o.documents = -1, o.eot = -1, o.loss_across_docs = true;
     return o;
 }
 

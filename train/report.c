@@ -36,6 +36,10 @@ void run_print_header(const TrainRun *r) {
             loader_describe(r->train_loader, d, sizeof d);
             printf("data: %s\n", d);
         }
+        if (r->docs.eot >= 0)
+            printf("documents: token %d ends each, the next starts from a fresh state; the prediction across a "
+                   "boundary %s (--loss-across-docs); at most %d a batch\n",
+                   (int)r->docs.eot, r->docs.loss_across ? "counts" : "is ignored", r->docs.max_seqs);
         printf("train: %s%s%s, %d rank%s, batch %lld x %lld x accum %d = %lld tokens/step, steps %lld..%lld of %lld, "
                "lr %g (%s, warmup %lld), seed %llu%s%s\n",
                device_name(r->dev),
@@ -71,7 +75,7 @@ void run_evaluate_and_log(TrainRun *r, StepOutcome *s) {
     const TrainOptions *o = r->o;
     Dist *dist = r->dist;
     if (r->val && ((o->eval_every > 0 && (r->step + 1) % o->eval_every == 0) || s->is_last)) {
-        s->val_loss = train_evaluate(&r->model, r->val, o->eval_batches, (int)r->B, (int)r->T, dist);
+        s->val_loss = train_evaluate_docs(&r->model, r->val, o->eval_batches, (int)r->B, (int)r->T, dist, &r->docs);
         r->result.last_val_loss = s->val_loss;
     }
     logger_step(&r->lg, r->step, s->loss, s->lr, s->norm, s->tokens_per_s, s->val_loss, s->skipped);
@@ -122,6 +126,9 @@ void run_print_summary(TrainRun *r) {
                r->ctx->acts.high_water / 1048576.0, r->ctx->acts.capacity / 1048576.0,
                r->ctx->grads.high_water / 1048576.0, r->ctx->grads.capacity / 1048576.0,
                r->ctx->scratch.high_water / 1048576.0, r->ctx->scratch.capacity / 1048576.0);
+        if (r->docs.joined > 0)
+            printf("documents: %lld batches held more than %d documents; their last ones were joined\n",
+                   (long long)r->docs.joined, r->docs.max_seqs);
     }
     if (r->root && o->profile && r->profile.steps > 0) {
         profile_print(&r->profile, stdout);

@@ -36,6 +36,8 @@ typedef struct TrainRun {
     TrainData *train, *val;  /* val NULL: no validation */
     int64_t B, T;
     int32_t *inputs, *targets;
+    TrainDocs docs;          /* documents (docs.eot >= 0) or none */
+    int32_t *cu_seqlens;     /* [B*T + 1]: one batch's packed sequences (train_batch_loss) */
     /* model and optimizer, on arenas sized by the memory plan */
     MemoryPlan mplan;
     ParamStore ps;

@@ -36,7 +36,8 @@ static void resolve_model_config(TrainRun *r) {
 static void build_model_and_optimizer(TrainRun *r) {
     const TrainOptions *o = r->o;
     Dist *dist = r->dist;
-    const MemorySpec mspec = train_memory_spec(o, r->dev, dist);
+    MemorySpec mspec = train_memory_spec(o, r->dev, dist);
+    mspec.max_seqs = r->docs.eot >= 0 ? r->docs.max_seqs : 0;
     r->ctx = memory_plan_create(&r->cfg, &mspec, o->seed, &r->model, &r->ps, &r->mplan);
     dist_attach(dist, r->ctx);
     r->result.n_params = params_count(&r->ps);
@@ -117,12 +118,13 @@ void run_setup(TrainRun *r, const TrainOptions *o, Dist *dist) {
     r->flops_per_token = 3.0 * model_config_flops_per_token(&r->cfg, (int)r->T);
     r->inputs = (int32_t *)xmalloc((size_t)(r->B * r->T) * sizeof(int32_t));
     r->targets = (int32_t *)xmalloc((size_t)(r->B * r->T) * sizeof(int32_t));
+    r->cu_seqlens = (int32_t *)xmalloc((size_t)(r->B * r->T + 1) * sizeof(int32_t));
     r->guard_saved = (double *)xmalloc((size_t)(GUARD_STATE_HEAD + 2 * r->guard.window) * sizeof(double));
     r->first = true;
 }
 
 void run_free(TrainRun *r) {
-    free(r->inputs), free(r->targets), free(r->resume_path), free(r->guard_saved);
+    free(r->inputs), free(r->targets), free(r->cu_seqlens), free(r->resume_path), free(r->guard_saved);
     guard_free(&r->guard);
     dist_buckets_free(&r->buckets);
     optim_free(&r->opt);

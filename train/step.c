@@ -34,7 +34,7 @@ void step_forward_backward(TrainRun *r, StepOutcome *s) {
     double loss_sum = 0;
     for (int micro = 0; micro < o->grad_accum; micro++) {
         r->train->next_batch(r->train->user, r->inputs, r->targets);
-        Tensor *loss = model_loss_host(&r->model, r->inputs, r->targets, r->B, r->T);
+        Tensor *loss = train_batch_loss(&r->model, &r->docs, r->inputs, r->targets, r->cu_seqlens, r->B, r->T);
         double lv;
         tensor_to_doubles(loss, &lv);
         if (micro == o->grad_accum - 1) dist_buckets_arm(&r->buckets);

@@ -23,6 +23,16 @@ typedef struct TrainData {
     void (*set_state)(void *user, const int64_t *state, int n);
 } TrainData;
 
+/* Documents in the batches (docs/data.md): an input equal to `eot` ends its document, and the next
+ * position starts a new one from a fresh state (GDP state and short-conv windows). */
+typedef struct TrainDocs {
+    int32_t eot;             /* the end-of-text id; < 0: no documents (every row one sequence) */
+    bool loss_across;        /* the target at an end-of-text (the next document's first token) counts */
+    int max_seqs;            /* > 0: the most sequences a batch may hold (the memory plan's); the last
+                              * documents of a batch with more are joined to the ones before them */
+    int64_t joined;          /* batches that had more (counted; a warning at the first) */
+} TrainDocs;
+
 typedef struct TrainOptions {
     /* model */
     const char *preset;      /* applied first (default "tiny" when neither preset nor config is given) */
@@ -33,6 +43,10 @@ typedef struct TrainOptions {
     const char *data;        /* shard folder, shard file/pattern, or a text file (bytes) */
     double val_fraction;     /* text files: the held-out share */
     TrainData *train_data, *val_data; /* instead of `data` (tests, other tasks); val may be NULL */
+    int documents;           /* 1: no state crosses an end-of-text; 0: rows run as one sequence each;
+                              * -1 (default): 1 when the data's tokenizer has an end-of-text token */
+    int64_t eot;             /* the end-of-text id; -1 (default): the data tokenizer's */
+    bool loss_across_docs;   /* documents: the prediction from an end-of-text counts (default true) */
     /* run */
     const char *device;      /* cpu | cuda | auto */
     int64_t steps;           /* optimizer steps (the schedule's horizon) */
@@ -107,6 +121,17 @@ MemorySpec train_memory_spec(const TrainOptions *o, Device dev, const Dist *dist
 /* Mean loss over `batches` batches of src (reset first), no gradients; summed over ranks. */
 struct Model;
 double train_evaluate(struct Model *m, TrainData *src, int batches, int B, int T, Dist *dist);
+/* The same over documents (docs NULL or docs->eot < 0: train_evaluate). */
+double train_evaluate_docs(struct Model *m, TrainData *src, int batches, int B, int T, Dist *dist,
+                           TrainDocs *docs);
+/* One batch's loss (recorded when ctx->grad_enabled): with documents, their boundaries go to the
+ * model as packed sequences (cu has room for B*T + 1) and, unless docs->loss_across, the targets at
+ * end-of-text inputs are set to -1; without (docs NULL or eot < 0), model_loss_host. */
+Tensor *train_batch_loss(struct Model *m, TrainDocs *docs, const int32_t *inputs, int32_t *targets, int32_t *cu,
+                         int64_t B, int64_t T);
+/* Sequences a batch of B x T may hold with documents on dev, and so the memory plan's
+ * (TrainDocs.max_seqs): on the cpu B*T (any batch), on cuda B * min(1 + T/64, 64). */
+int train_docs_max_seqs(Device dev, int64_t B, int64_t T);
 
 /* A checkpoint file, or a folder's latest checkpoint (malloc'd; fatal when neither exists). */
 char *train_resolve_checkpoint(const char *path_or_dir, const char *flag);

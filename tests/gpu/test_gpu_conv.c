@@ -6,6 +6,10 @@
  *   - the same bf16 case with every tensor moved by 2, 4 and 8 bytes, which caps the channels per thread
  *     at 1, 2 and 4, or at the kernels' own maxima where those are lower (conv_fwd_max_vec /
  *     conv_bwd_max_vec): each path must give the bits of the one-channel path (offset 2).
+ *   - packed documents (doc_start): every case again with document starts drawn with probability 1/4
+ *     and 1/16 (adjacent starts, documents shorter than W, starts at segment boundaries), bf16 and f32
+ *     against the CPU reference with the same starts, at every alignment; and a doc_start of zeros
+ *     gives the plain kernels' bits.
  * Outputs start as NaN (0xFF bytes) unless accumulated into, so an element nobody wrote fails, and the
  * bytes around each output must stay 0xFF (no vector store past a row).
  * GDP_CONV_BENCH=1 then times forward and backward at the base model's shapes (B 8, T 2048, bf16, W 4,
@@ -107,8 +111,8 @@ typedef struct ConvOut {
 
 static void out_free(ConvOut *o) { free(o->y), free(o->dx), free(o->dw); }
 
-/* Forward, then backward, on CUDA with every tensor moved by `off` bytes. */
-static ConvOut run_gpu(const ConvCase *k, const ConvIO *io, size_t off) {
+/* Forward, then backward, on CUDA with every tensor moved by `off` bytes; starts (host, [B, T]) or NULL. */
+static ConvOut run_gpu_docs(const ConvCase *k, const ConvIO *io, size_t off, const int32_t *starts) {
     const size_t es = dtype_size(io->dt), bx = (size_t)io->nx * es, bw = (size_t)io->nw * es;
     ConvOut o = {xmalloc(bx ? bx : 1), k->want_dx ? xmalloc(bx ? bx : 1) : NULL,
                  k->want_dw ? xmalloc(bw ? bw : 1) : NULL, true};
@@ -119,10 +123,17 @@ static ConvOut run_gpu(const ConvCase *k, const ConvIO *io, size_t off) {
     float *partial = NULL;
     size_t np = (size_t)(conv1d_causal_dw_chunks(k->B, k->T) * k->C * k->W);
     if (k->want_dw && np) CUDA_CHECK(cudaMalloc((void **)&partial, np * sizeof(float)));
-    conv1d_causal_forward_cuda(io->dt, y.p, x.p, w.p, k->B, k->T, k->C, k->W, k->silu, NULL);
+    int32_t *ds = NULL;
+    const size_t nds = (size_t)k->B * k->T * sizeof(int32_t);
+    if (starts && nds) {
+        CUDA_CHECK(cudaMalloc((void **)&ds, nds));
+        CUDA_CHECK(cudaMemcpy(ds, starts, nds, cudaMemcpyHostToDevice));
+    }
+    conv1d_causal_forward_cuda(io->dt, y.p, x.p, w.p, ds, k->B, k->T, k->C, k->W, k->silu, NULL);
     conv1d_causal_backward_cuda(io->dt, k->want_dx ? dx.p : NULL, k->want_dw ? dw.p : NULL, partial, dy.p, x.p, w.p,
-                                k->B, k->T, k->C, k->W, k->silu, k->acc_dx, k->acc_dw, NULL);
+                                ds, k->B, k->T, k->C, k->W, k->silu, k->acc_dx, k->acc_dw, NULL);
     CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaFree(ds));
     o.guards_ok &= dev_take(&y, o.y);
     o.guards_ok &= dev_take(&dx, o.dx);
     o.guards_ok &= dev_take(&dw, o.dw);
@@ -130,6 +141,8 @@ static ConvOut run_gpu(const ConvCase *k, const ConvIO *io, size_t off) {
     CUDA_CHECK(cudaFree(partial));
     return o;
 }
+
+static ConvOut run_gpu(const ConvCase *k, const ConvIO *io, size_t off) { return run_gpu_docs(k, io, off, NULL); }
 
 static float stored(DType dt, const void *p, int64_t i) {
     return dt == GDP_BF16 ? bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
@@ -164,9 +177,9 @@ static void check_case(int *failures, const ConvCase *k, DType dt, uint64_t seed
     float *dw = (float *)xmalloc((size_t)nw * sizeof(float));
     memcpy(dx, io.dx0f, (size_t)io.nx * sizeof(float));
     memcpy(dw, io.dw0f, (size_t)io.nw * sizeof(float));
-    conv1d_causal_forward_cpu(GDP_F32, y, io.xf, io.wf, k->B, k->T, k->C, k->W, k->silu);
-    conv1d_causal_backward_cpu(GDP_F32, k->want_dx ? dx : NULL, k->want_dw ? dw : NULL, io.dyf, io.xf, io.wf, k->B,
-                               k->T, k->C, k->W, k->silu, k->acc_dx, k->acc_dw);
+    conv1d_causal_forward_cpu(GDP_F32, y, io.xf, io.wf, NULL, k->B, k->T, k->C, k->W, k->silu);
+    conv1d_causal_backward_cpu(GDP_F32, k->want_dx ? dx : NULL, k->want_dw ? dw : NULL, io.dyf, io.xf, io.wf, NULL,
+                               k->B, k->T, k->C, k->W, k->silu, k->acc_dx, k->acc_dw);
 
     const double rtol = dt == GDP_BF16 ? 1e-2 : 1e-4, atol = dt == GDP_BF16 ? 1e-3 : 1e-4;
     /* f32 takes the one-channel kernels at any alignment; bf16 offset 2 is that path. */
@@ -193,6 +206,60 @@ static void check_case(int *failures, const ConvCase *k, DType dt, uint64_t seed
     out_free(&first);
     free(y), free(dx), free(dw);
     io_free(&io);
+}
+
+/* Packed documents: starts drawn with probability 1 / every (0: none marked), against the CPU reference
+ * with the same starts at every alignment; with none marked, the plain kernels' bits too. */
+static void check_case_docs(int *failures, const ConvCase *k, DType dt, uint64_t seed, int every) {
+    char label[200];
+    snprintf(label, sizeof label, "docs 1/%d %s B %d T %d C %d W %d silu %d acc_dx %d acc_dw %d dx %d dw %d", every,
+             dtype_name(dt), k->B, k->T, k->C, k->W, k->silu, k->acc_dx, k->acc_dw, k->want_dx, k->want_dw);
+    ConvIO io = io_make(k, dt, seed);
+    const int64_t n = io.nx > 0 ? io.nx : 1, nw = io.nw > 0 ? io.nw : 1, nt = (int64_t)k->B * k->T;
+    int32_t *st = (int32_t *)xcalloc((size_t)(nt > 0 ? nt : 1), sizeof(int32_t));
+    uint64_t r = seed * 977;
+    for (int64_t i = 0; i < nt && every > 0; i++) st[i] = rng_next(&r) % (uint64_t)every == 0;
+    for (int64_t i = 64; i < nt && every > 0; i += 64) st[i] = 1; /* segment boundaries (seg_len 64 at large T) */
+    float *y = (float *)xmalloc((size_t)n * sizeof(float)), *dx = (float *)xmalloc((size_t)n * sizeof(float));
+    float *dw = (float *)xmalloc((size_t)nw * sizeof(float));
+    memcpy(dx, io.dx0f, (size_t)io.nx * sizeof(float));
+    memcpy(dw, io.dw0f, (size_t)io.nw * sizeof(float));
+    conv1d_causal_forward_cpu(GDP_F32, y, io.xf, io.wf, st, k->B, k->T, k->C, k->W, k->silu);
+    conv1d_causal_backward_cpu(GDP_F32, k->want_dx ? dx : NULL, k->want_dw ? dw : NULL, io.dyf, io.xf, io.wf, st,
+                               k->B, k->T, k->C, k->W, k->silu, k->acc_dx, k->acc_dw);
+    const double rtol = dt == GDP_BF16 ? 1e-2 : 1e-4, atol = dt == GDP_BF16 ? 1e-3 : 1e-4;
+    const size_t offs_bf16[] = {2, 0, 4, 8}, offs_f32[] = {0, 4};
+    const size_t *offs = dt == GDP_BF16 ? offs_bf16 : offs_f32;
+    const int n_offs = dt == GDP_BF16 ? 4 : 2;
+    const size_t es = dtype_size(dt), bx = (size_t)io.nx * es, bw = (size_t)io.nw * es;
+    for (int i = 0; i < n_offs; i++) {
+        char l[260];
+        snprintf(l, sizeof l, "%s, tensors at +%zu bytes", label, offs[i]);
+        ConvOut o = run_gpu_docs(k, &io, offs[i], st);
+        GPU_EXPECT(o.guards_ok, "%s: a byte next to an output changed", l);
+        expect_close(failures, "y", l, dt, o.y, y, io.nx, rtol, atol);
+        if (k->want_dx) expect_close(failures, "dx", l, dt, o.dx, dx, io.nx, rtol, atol);
+        if (k->want_dw) expect_close(failures, "dw", l, dt, o.dw, dw, io.nw, rtol, atol);
+        if (every == 0) {
+            ConvOut p = run_gpu(k, &io, offs[i]);
+            GPU_EXPECT(memcmp(o.y, p.y, bx) == 0, "%s y: bits differ from the plain kernels", l);
+            if (k->want_dx) GPU_EXPECT(memcmp(o.dx, p.dx, bx) == 0, "%s dx: bits differ from the plain kernels", l);
+            if (k->want_dw) GPU_EXPECT(memcmp(o.dw, p.dw, bw) == 0, "%s dw: bits differ from the plain kernels", l);
+            out_free(&p);
+        }
+        out_free(&o);
+    }
+    free(y), free(dx), free(dw), free(st);
+    io_free(&io);
+}
+
+GPU_TEST(conv_docs_matches_cpu) {
+    const int every[] = {4, 16, 0};
+    for (size_t e = 0; e < GDP_ARRAY_LEN(every); e++)
+        for (size_t i = 0; i < GDP_ARRAY_LEN(conv_cases); i++) {
+            check_case_docs(failures, &conv_cases[i], GDP_BF16, 211 + i, every[e]);
+            check_case_docs(failures, &conv_cases[i], GDP_F32, 307 + i, every[e]);
+        }
 }
 
 GPU_TEST(conv_bf16_matches_cpu_and_one_channel_bits) {
@@ -251,9 +318,9 @@ static void conv_bench(void) {
                 for (int it = -BENCH_WARMUP; it < BENCH_ITERS; it++) {
                     CUDA_CHECK(cudaEventRecord(ev0, NULL));
                     if (pass == 0)
-                        conv1d_causal_forward_cuda(GDP_BF16, y + o, x + o, w, B, T, C, W, 1, NULL);
+                        conv1d_causal_forward_cuda(GDP_BF16, y + o, x + o, w, NULL, B, T, C, W, 1, NULL);
                     else
-                        conv1d_causal_backward_cuda(GDP_BF16, dx + o, dw, partial, dy + o, x + o, w, B, T, C, W, 1,
+                        conv1d_causal_backward_cuda(GDP_BF16, dx + o, dw, partial, dy + o, x + o, w, NULL, B, T, C, W, 1,
                                                     0, 0, NULL);
                     CUDA_CHECK(cudaEventRecord(ev1, NULL));
                     CUDA_CHECK(cudaEventSynchronize(ev1));

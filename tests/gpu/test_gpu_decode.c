@@ -250,8 +250,20 @@ static int model_case(ModelConfig c, const char *label, int T, uint64_t seed) {
         printf("  %s: after decode_reset, position 0 rel err %.3e\n", label, e0);
         fails++;
     }
-    printf("  %-34s T=%d: worst rel err over positions %.2e, after reset %.2e  %s\n", label, T, worst, e0,
-           fails ? "FAIL" : "ok");
+    /* a prefill through the chunked CUDA op, then a step on the per-token path from its state */
+    decode_reset(&st);
+    decode_prefill(&st, ids, T - 1, step);
+    for (int v = 0; v < V; v++) stepd[v] = step[v];
+    double ep = rel_l2(stepd, full + (int64_t)(T - 2) * V, V);
+    decode_step(&st, ids[T - 1], step);
+    for (int v = 0; v < V; v++) stepd[v] = step[v];
+    double es = rel_l2(stepd, full + (int64_t)(T - 1) * V, V);
+    if (!(ep <= 1e-4) || !(es <= 1e-4)) {
+        printf("  %s: prefill of %d rel err %.3e, the step after it %.3e\n", label, T - 1, ep, es);
+        fails++;
+    }
+    printf("  %-34s T=%d: worst rel err over positions %.2e, after reset %.2e, prefill %.2e, then a step %.2e  %s\n",
+           label, T, worst, e0, ep, es, fails ? "FAIL" : "ok");
     decode_free(&st);
     free(ids), free(full), free(step), free(stepd);
     model_free(&m);

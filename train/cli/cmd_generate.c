@@ -1,10 +1,11 @@
-/* gdp generate: recurrent decoding from a checkpoint on the CPU or on CUDA, one token at a time
- * with O(1) state (layers/decode.h); text through the tokenizer the data was prepared with (its
- * path is in the checkpoint's config), or bytes. */
+/* gdp generate: a prompt through the chunked forward (a prefill), then recurrent decoding one token
+ * at a time with O(1) state (layers/decode.h), on the CPU or CUDA; text through the tokenizer the
+ * data was prepared with (its path is in the checkpoint's config), or bytes. */
 #include <stdio.h>
 #include <string.h>
 
 #include "base/common.h"
+#include "data/text.h"
 #include "data/tokenizer.h"
 #include "layers/decode.h"
 #include "layers/model.h"
@@ -18,16 +19,26 @@ static const CliOpt gen_opts[] = {
     {"tokens", 'n', "N", "tokens to generate (default 128)"},
     {"temperature", 'T', "X", "sampling temperature (default 0.8; 0 = greedy)"},
     {"top-k", 'k', "K", "sample among the K most likely tokens only (default 0 = all)"},
+    {"top-p", 0, "P", "nucleus sampling: the most likely tokens up to probability P (default 1 = all)"},
+    {"repetition-penalty", 0, "X", "divide the logits of tokens already seen by X (default 1 = off)"},
+    {"stop", 0, "TEXT", "stop a continuation where TEXT appears (TEXT not printed)"},
+    {"stop-token", 0, "ID", "stop a continuation at token ID (-1 = the tokenizer's end-of-text)"},
+    {"prompts", 0, "FILE", "continue every line of FILE instead of --prompt: one output line each, in order"},
+    {"batch", 'b', "N", "prompts decoded together (default 1; on the CPU a batch loops over its prompts)"},
+    {"stream", 0, NULL, "print each token as it comes (default: a continuation when it is done)"},
     {"seed", 's', "N", "sampling seed (default 1)"},
     {"device", 'd', "DEV", "cpu (default), cuda or auto: where the model runs and decodes"},
     {"tokenizer", 0, "FILE", "tokenizer file (default: the one recorded in the checkpoint, else bytes)"},
 };
 static const CliCommand gen_cmd = {
     "generate",
-    "gdp generate --checkpoint PATH --prompt TEXT [--tokens N --temperature X --top-k K --seed N --device DEV]",
-    "Continues a prompt with a trained model: recurrent decoding (conv caches and the recurrent state carried\n"
-    "per token), printing the prompt and the continuation. With --device cuda every layer of a step runs on\n"
-    "the GPU (cuBLAS matvecs, the per-token GDP state-update kernel) and only the logits come back for\n"
+    "gdp generate --checkpoint PATH (--prompt TEXT | --prompts FILE) [--tokens N --temperature X --top-k K\n"
+    "             --top-p P --repetition-penalty X --stop TEXT --stop-token ID --batch N --stream --seed N\n"
+    "             --device DEV]",
+    "Continues a prompt with a trained model: the prompt goes through the chunked forward (a prefill) and\n"
+    "hands its recurrent state and conv windows to the decoder, which carries them token by token. Prints\n"
+    "the prompt and the continuation; with --prompts, one line per prompt (its continuation, newlines as\n"
+    "\\n). With --device cuda every layer of a step runs on the GPU and only the logits come back for\n"
     "sampling on the host.",
     gen_opts, (int)GDP_ARRAY_LEN(gen_opts)};
 
@@ -37,6 +48,10 @@ typedef struct GenArgs {
     double temperature;
     int top_k;
     uint64_t seed;
+    double top_p, rep_penalty;
+    const char *stop, *prompts;
+    int stop_token, batch;
+    bool stop_token_set, stream;
 } GenArgs;
 
 static void on_opt(const CliOpt *o, const char *v, void *user) {
@@ -50,6 +65,13 @@ static void on_opt(const CliOpt *o, const char *v, void *user) {
     else if (!strcmp(n, "top-k")) a->top_k = (int)cli_int(n, v, 0, 1 << 30);
     else if (!strcmp(n, "seed")) a->seed = (uint64_t)cli_int(n, v, 0, (long long)1 << 62);
     else if (!strcmp(n, "device")) a->device = cli_device(&gen_cmd, v);
+    else if (!strcmp(n, "top-p")) a->top_p = cli_double(n, v, 0, 1);
+    else if (!strcmp(n, "repetition-penalty")) a->rep_penalty = cli_double(n, v, 0.01, 100);
+    else if (!strcmp(n, "stop")) a->stop = v;
+    else if (!strcmp(n, "stop-token")) a->stop_token = (int)cli_int(n, v, -1, 1 << 30), a->stop_token_set = true;
+    else if (!strcmp(n, "prompts")) a->prompts = v;
+    else if (!strcmp(n, "batch")) a->batch = (int)cli_int(n, v, 1, 4096);
+    else if (!strcmp(n, "stream")) a->stream = true;
 }
 
 /* Prints bytes as text: printable ASCII, newlines, tabs and UTF-8 as they are, other control
@@ -64,18 +86,124 @@ static void print_bytes(const uint8_t *s, size_t n) {
     }
 }
 
+typedef struct Prompts {
+    char **text;
+    size_t *len;
+    int n, cap;
+} Prompts;
+
+static void prompts_add(Prompts *p, const char *s, size_t n) {
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 16;
+        p->text = (char **)xrealloc(p->text, (size_t)p->cap * sizeof(char *));
+        p->len = (size_t *)xrealloc(p->len, (size_t)p->cap * sizeof(size_t));
+    }
+    p->text[p->n] = (char *)xmalloc(n + 1);
+    memcpy(p->text[p->n], s, n);
+    p->text[p->n][n] = 0;
+    p->len[p->n++] = n;
+}
+
+/* One prompt a line; empty lines are skipped (a continuation needs a prompt). */
+static void read_prompts(const char *path, Prompts *p) {
+    ByteBuf b = {0};
+    char err[1024];
+    if (!text_read_file_err(path, &b, err, sizeof err)) gdp_fatal("generate: --prompts: %s", err);
+    size_t s = 0;
+    for (size_t i = 0; i <= b.len; i++)
+        if (i == b.len || b.data[i] == '\n') {
+            size_t e = i > s && b.data[i - 1] == '\r' ? i - 1 : i;
+            if (e > s) prompts_add(p, (const char *)b.data + s, e - s);
+            s = i + 1;
+        }
+    bytebuf_free(&b);
+    GDP_CHECK(p->n > 0, "generate: --prompts %s holds no prompt (one per line)", path);
+}
+
+typedef struct GenRun {
+    Model *m;
+    Tokenizer *tok;
+    const GenArgs *a;
+    int stop_token; /* -2: none */
+} GenRun;
+
+/* Writes out[from, to): escaped as one line with --prompts, else as print_bytes does. */
+static void emit(const GenRun *g, const ByteBuf *out, size_t from, size_t to) {
+    for (size_t i = from; i < to; i++) {
+        uint8_t c = out->data[i];
+        if (g->a->prompts && (c == '\n' || c == '\\')) printf("\\%c", c == '\n' ? 'n' : '\\');
+        else print_bytes(&c, 1);
+    }
+    fflush(stdout);
+}
+
+/* Prefill, then sample until --tokens, the stop token or the stop string. Returns tokens made. */
+static int64_t generate_one(const GenRun *g, const char *prompt, size_t plen, int64_t *prompt_tokens) {
+    const GenArgs *a = g->a;
+    const int V = g->m->cfg.vocab_size;
+    uint32_t *ptoks = (uint32_t *)xmalloc((plen + 1) * sizeof(uint32_t));
+    int64_t np = tokenizer_encode(g->tok, (const uint8_t *)prompt, plen, ptoks);
+    GDP_CHECK(np > 0, "generate: the prompt '%.40s' encodes to no tokens", prompt);
+    int32_t *hist = (int32_t *)xmalloc((size_t)(np + a->tokens + 1) * sizeof(int32_t));
+    for (int64_t i = 0; i < np; i++) hist[i] = (int32_t)ptoks[i];
+    free(ptoks);
+    float *logits = (float *)xmalloc((size_t)V * sizeof(float));
+    DecodeState st;
+    decode_init(&st, g->m);
+    Rng rng;
+    rng_seed(&rng, a->seed);
+    SampleParams sp = {a->temperature, a->top_k, a->top_p, a->rep_penalty};
+    if (!a->prompts) print_bytes((const uint8_t *)prompt, plen), fflush(stdout);
+    decode_prefill(&st, hist, np, logits);
+    ByteBuf out = {0};
+    size_t shown = 0, keep = a->stop ? strlen(a->stop) - 1 : 0; /* bytes held back: a stop string may straddle tokens */
+    int64_t made = 0;
+    bool stopped = false;
+    for (int64_t i = 0; i < a->tokens && !stopped; i++) {
+        int next = sample_next(logits, g->tok->vocab, &sp, hist, np + made, &rng);
+        if (next == g->stop_token) break;
+        hist[np + made++] = next;
+        size_t len = 0;
+        const uint8_t *b = tokenizer_token_bytes(g->tok, (uint32_t)next, &len);
+        bytebuf_append(&out, b, len);
+        if (a->stop) {
+            const size_t from = out.len > len + keep ? out.len - len - keep : 0;
+            const uint8_t *hit = memmem(out.data + from, out.len - from, a->stop, keep + 1);
+            if (hit) out.len = (size_t)(hit - out.data), stopped = true;
+        }
+        if (a->stream && out.len > shown + (stopped ? 0 : keep)) {
+            size_t to = stopped ? out.len : out.len - keep;
+            emit(g, &out, shown, to);
+            shown = to;
+        }
+        if (!stopped && i + 1 < a->tokens) decode_step(&st, next, logits);
+    }
+    emit(g, &out, shown, out.len);
+    printf("\n");
+    fflush(stdout);
+    *prompt_tokens += np;
+    bytebuf_free(&out);
+    decode_free(&st);
+    free(logits), free(hist);
+    return made;
+}
+
 int cmd_generate(int argc, char **argv) {
-    GenArgs a = {NULL, NULL, NULL, "cpu", 128, 0.8, 0, 1};
+    GenArgs a = {NULL, NULL, NULL, "cpu", 128, 0.8, 0, 1, 1.0, 1.0, NULL, NULL, -1, 1, false, false};
     char *pos[1];
     cli_parse(&gen_cmd, argc, argv, on_opt, &a, pos, 0);
     if (!a.checkpoint) cli_usage_error(&gen_cmd, "--checkpoint is required");
-    if (!a.prompt || !a.prompt[0]) cli_usage_error(&gen_cmd, "--prompt is required and must not be empty");
+    if (!a.prompts && (!a.prompt || !a.prompt[0]))
+        cli_usage_error(&gen_cmd, "--prompt TEXT or --prompts FILE is required (a prompt must not be empty)");
+    if (a.prompts && a.prompt) cli_usage_error(&gen_cmd, "give --prompt or --prompts, not both");
+    if (a.stop && !a.stop[0]) cli_usage_error(&gen_cmd, "--stop must not be empty");
     Device dev = device_parse(a.device, "--device");
     char *ckpt = train_resolve_checkpoint(a.checkpoint, "--checkpoint");
 
     Model m;
     ParamStore ps;
-    Ctx *ctx = train_load_model(ckpt, dev, 1, 1, &m, &ps);
+    /* Arenas for a prefill chunk; the state path keeps the conv windows too, hence twice the tokens. */
+    Ctx *ctx = train_load_model(ckpt, dev, 1, 2 * DECODE_PREFILL_CHUNK, &m, &ps);
     GDP_CHECK(m.cfg.num_labels == 0, "generate: %s is a classification model; it has no next-token head", ckpt);
 
     /* The tokenizer: --tokenizer, else the checkpoint's, else bytes (a byte vocabulary only). */
@@ -96,35 +224,24 @@ int cmd_generate(int argc, char **argv) {
     GDP_CHECK(tok->vocab <= m.cfg.vocab_size, "generate: the tokenizer has %d tokens, the model only %d", tok->vocab,
               m.cfg.vocab_size);
 
-    size_t plen = strlen(a.prompt);
-    uint32_t *ptoks = (uint32_t *)xmalloc((plen + 1) * sizeof(uint32_t));
-    int64_t np = tokenizer_encode(tok, (const uint8_t *)a.prompt, plen, ptoks);
-
-    DecodeState st;
-    decode_init(&st, &m);
-    int V = m.cfg.vocab_size;
-    float *logits = (float *)xmalloc((size_t)V * sizeof(float));
-    Rng rng;
-    rng_seed(&rng, a.seed);
-    print_bytes((const uint8_t *)a.prompt, plen);
-    fflush(stdout);
-    for (int64_t i = 0; i < np; i++) decode_step(&st, (int)ptoks[i], logits);
+    Prompts ps_in = {0};
+    if (a.prompts) read_prompts(a.prompts, &ps_in);
+    else prompts_add(&ps_in, a.prompt, strlen(a.prompt));
+    int stop_token = !a.stop_token_set ? -2 : a.stop_token >= 0 ? a.stop_token : tok->eot;
+    GDP_CHECK(!a.stop_token_set || (stop_token >= 0 && stop_token < m.cfg.vocab_size),
+              "generate: --stop-token %d is not a token of the model%s", a.stop_token,
+              a.stop_token < 0 ? " (the tokenizer has no end-of-text token: give its id)" : "");
+    GenRun g = {&m, tok, &a, stop_token};
     double t0 = gdp_now_seconds();
-    for (int64_t i = 0; i < a.tokens; i++) {
-        int next = sample_logits(logits, tok->vocab, a.temperature, a.top_k, &rng);
-        size_t len = 0;
-        const uint8_t *b = tokenizer_token_bytes(tok, (uint32_t)next, &len);
-        print_bytes(b, len);
-        fflush(stdout);
-        if (i + 1 < a.tokens) decode_step(&st, next, logits);
-    }
+    int64_t made = 0, prompt_tokens = 0;
+    /* On the CPU a batch is its prompts one after another (each with its own state), in order. */
+    for (int i = 0; i < ps_in.n; i++) made += generate_one(&g, ps_in.text[i], ps_in.len[i], &prompt_tokens);
     double dt = gdp_now_seconds() - t0;
-    printf("\n");
     fflush(stdout); /* the sample ends before the stats line when both streams go to one file */
     fprintf(stderr, "generated %lld tokens after a %lld-token prompt in %.2f s (%.1f tokens/s, %s)\n",
-            (long long)a.tokens, (long long)np, dt, dt > 0 ? a.tokens / dt : 0.0, device_name(dev));
-    decode_free(&st);
-    free(logits), free(ptoks), free(ckpt);
+            (long long)made, (long long)prompt_tokens, dt, dt > 0 ? made / dt : 0.0, device_name(dev));
+    for (int i = 0; i < ps_in.n; i++) free(ps_in.text[i]);
+    free(ps_in.text), free(ps_in.len), free(ckpt);
     tokenizer_free(tok);
     model_free(&m);
     params_free_store(&ps);

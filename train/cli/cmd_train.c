@@ -34,6 +34,15 @@ static const CliOpt train_opts[] = {
     {"set", 0, "KEY=VALUE", "override one model config key (repeatable), e.g. --set num_householder=3"},
     {"data", 'i', "PATH", "prepared shard folder (gdp prepare), shard file or pattern, or a text file (bytes)"},
     {"val-fraction", 0, "F", "text files: share held out for validation (default 0.05)"},
+    {"documents", 0, "on|off", "on: each end-of-text token ends a document and the next token starts from a fresh "
+                               "state (the GDP state and the short convs' windows), as if each document ran alone; "
+                               "off: every --seq window is one sequence. Default: on when the data's tokenizer has an "
+                               "end-of-text token"},
+    {"eot", 0, "ID", "the end-of-text token id that ends documents (default: the data tokenizer's; llm.c's GPT-2 "
+                     "shards without their tokenizer file: give 50256)"},
+    {"loss-across-docs", 0, "on|off", "with documents: on (default, as llm.c and flame): the prediction made at an "
+                                      "end-of-text (the next document's first token) counts in the loss; off: it is "
+                                      "ignored, so no target depends on another document"},
     {"device", 'd', "DEV", "cpu (default), cuda or auto"},
     {"steps", 'x', "N", "optimizer steps, the schedule's horizon (default 1000)"},
     {"stop-at", 0, "N", "stop after step N (the schedule still spans --steps); resume later"},
@@ -117,6 +126,11 @@ static void on_train_opt(const CliOpt *opt, const char *v, void *user) {
         o->sets[o->n_sets++] = v;
     } else if (!strcmp(n, "data")) o->data = v;
     else if (!strcmp(n, "val-fraction")) o->val_fraction = cli_double(n, v, 0, 0.9);
+    else if (!strcmp(n, "documents") || !strcmp(n, "loss-across-docs")) {
+        if (strcmp(v, "on") && strcmp(v, "off")) cli_usage_error(&train_cmd, "--%s '%s': use on or off", n, v);
+        if (!strcmp(n, "documents")) o->documents = !strcmp(v, "on");
+        else o->loss_across_docs = !strcmp(v, "on");
+    } else if (!strcmp(n, "eot")) o->eot = cli_int(n, v, 0, INT32_MAX);
     else if (!strcmp(n, "device")) o->device = cli_device(&train_cmd, v);
     else if (!strcmp(n, "steps")) o->steps = cli_int(n, v, 1, BIG);
     else if (!strcmp(n, "stop-at")) o->stop_at = cli_int(n, v, 1, BIG);

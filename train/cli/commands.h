@@ -10,6 +10,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_tasks(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_import(int argc, char **argv);
 
 typedef struct SubCommand {
     const char *name;

@@ -12,6 +12,7 @@ static const SubCommand commands[] = {
     {"tokenize", cmd_tokenize, "text -> token ids and back with a tokenizer.json, tokenizer.bin or data folder"},
     {"train", cmd_train, "train a Gated DeltaProduct language model (AdamW, checkpoints, exact resume)"},
     {"generate", cmd_generate, "continue a prompt from a checkpoint (recurrent decoding on the cpu or cuda)"},
+    {"import", cmd_import, "an fla / Hugging Face GatedDeltaProduct folder (safetensors) -> a gdp.c checkpoint"},
     {"eval", cmd_eval, "loss, perplexity and bits per byte of a checkpoint on a data split"},
     {"tasks", cmd_tasks, "state tracking: train and test on group word problems (S3, S4, A5, S5, parity)"},
     {"bench", cmd_bench, "time on CUDA: 'bench op' the Gated DeltaProduct op, 'bench matmul' the model's GEMMs"},

@@ -1,0 +1,35 @@
+/* The model's recurrent state for inference: per layer the short convs' last W-1 inputs and the
+ * GDP op's H x K x V state, for B sequences. model_forward_state runs the training forward
+ * (layers/model.c, layers/gdp_layer.c) from this state and leaves it at the state after the
+ * chunk's last token, so a prompt of L tokens in one call (the chunked op: a prefill) and L calls
+ * of one token (decoding) give the same logits. The memory is the state's own, on the model's
+ * device, outside the context's arenas; the forward's activations come from the arenas as usual. */
+#pragma once
+#include <stdint.h>
+
+#include "layers/model.h"
+
+typedef struct ModelState {
+    const Model *m;
+    int64_t B;              /* sequences */
+    GdpLayerState *layers;  /* one per block */
+    void *mem;              /* every layer's tensors, one allocation on the model's device */
+    size_t bytes;
+    int64_t pos;            /* tokens consumed per sequence */
+} ModelState;
+
+void model_state_init(ModelState *s, const Model *m, int64_t B); /* zero state, pos 0 */
+void model_state_reset(ModelState *s);
+void model_state_free(ModelState *s);
+/* dst = src (same model config and B; either device). */
+void model_state_copy(ModelState *dst, const ModelState *src);
+
+/* ids int32 [B, T] -> logits [B, T, out], continuing from s and updating it. Recording must be off
+ * (ctx->grad_enabled false); recomputation flags are ignored. The logits live in the acts arena. */
+Tensor *model_forward_state(Model *m, Tensor *ids, ModelState *s);
+
+/* Host convenience: B sequences of T tokens each (row-major host int32 [B*T]) through
+ * model_forward_state in chunks of at most `chunk` tokens (0: all at once), writing the logits of
+ * each sequence's last position to host `last` [B, out] (may be NULL). Activations are released
+ * after each chunk (the acts and scratch arenas and step headers are rewound to where they were). */
+void model_prefill_host(Model *m, ModelState *s, const int32_t *ids, int64_t T, int64_t chunk, float *last);

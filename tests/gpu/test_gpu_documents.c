@@ -1,0 +1,66 @@
+/* Training over document boundaries on CUDA (tests/support/documents_case.h): a batch of packed
+ * documents through the training library's batch loss (varlen GDP op, conv kernels with document
+ * starts) against every document run alone on the CPU in float64, both modes, the prediction across a
+ * boundary counted or not:
+ *   - f32 (autocast off): the loss within 1e-5 relative, every gradient within 1e-4 of the largest;
+ *   - bf16 autocast with bf16 activations: the loss within 2e-2 relative, gradients within 0.1.
+ * `test_gpu_documents NAME...` runs only the tests whose name contains one of the NAMEs. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tests/gpu/gpu_test.h"
+#include "tests/support/documents_case.h"
+
+#define MAX_GRADS (1 << 20)
+
+/* docs_case_packed on CUDA with the context's autocast flags set as the trainer sets them. */
+static double packed_cuda(const DocsCase *c, bool bf16, bool loss_across, double *g, int64_t *n) {
+    if (!bf16) return docs_case_packed(c, DEV_CUDA, GDP_F32, loss_across, g, n);
+    /* as docs_case_packed, with the trainer's autocast flags on the context before the model is built */
+    Ctx *ctx = ctx_create(DEV_CUDA, ctx_default_sizes());
+    ctx->autocast_bf16 = true, ctx->bf16_activations = true;
+    Model m;
+    Tensor *params[DOCS_CASE_MAX_PARAMS];
+    const int np = docs_case_model(c, ctx, GDP_F32, &m, params, DOCS_CASE_MAX_PARAMS);
+    int32_t tg[DOCS_CASE_N], cu[DOCS_CASE_N + 1];
+    memcpy(tg, c->tg, sizeof tg);
+    TrainDocs docs = {.eot = c->eot, .loss_across = loss_across};
+    Tensor *loss = train_batch_loss(&m, &docs, c->ids, tg, cu, DOCS_CASE_B, DOCS_CASE_T);
+    tape_backward(ctx, loss);
+    double l;
+    tensor_to_doubles(loss, &l);
+    int64_t total = 0;
+    for (int i = 0; i < np; i++) total += params[i]->numel;
+    memset(g, 0, (size_t)total * sizeof(double));
+    *n = docs_case_add_grads(params, np, 1.0, g);
+    model_free(&m);
+    ctx_destroy(ctx);
+    return l;
+}
+
+static void check(int *failures, bool bf16) {
+    double *g = (double *)xmalloc(sizeof(double) * MAX_GRADS), *ref = (double *)xmalloc(sizeof(double) * MAX_GRADS);
+    for (int mode = 0; mode < 2; mode++)
+        for (int across = 1; across >= 0; across--) {
+            DocsCase c;
+            docs_case_make(&c, (GdpMode)mode);
+            int64_t n = 0, nr = 0;
+            const double lr = docs_case_alone(&c, DEV_CPU, GDP_F64, across, ref, &nr);
+            const double l = packed_cuda(&c, bf16, across, g, &n);
+            const double el = fabs(l - lr) / fabs(lr), eg = docs_case_rel_err(g, ref, nr);
+            const char *what = mode ? "split" : "householder";
+            printf("  %s %s, loss across %s: loss %.8f (cpu alone %.8f, rel %.2e), gradients max rel err %.2e\n",
+                   bf16 ? "bf16" : "f32", what, across ? "on" : "off", l, lr, el, eg);
+            GPU_EXPECT(n == nr, "%s: %lld gradient entries on cuda, %lld on the cpu", what, (long long)n, (long long)nr);
+            GPU_EXPECT(el <= (bf16 ? 2e-2 : 1e-5), "%s loss across %d: loss rel err %.3e", what, across, el);
+            GPU_EXPECT(eg <= (bf16 ? 0.1 : 1e-4), "%s loss across %d: gradient rel err %.3e", what, across, eg);
+        }
+    free(g), free(ref);
+}
+
+GPU_TEST(documents_f32_match_cpu_alone) { check(failures, false); }
+
+GPU_TEST(documents_bf16_match_cpu_alone) { check(failures, true); }
+
+int main(int argc, char **argv) { return gpu_test_run(argc, argv); }
