@@ -59,7 +59,7 @@ endif
 
 # Library sources: everything except the program's main and the tests.
 C_SRC    := $(wildcard base/*.c core/*.c core/ops/*.c kernels/*.c kernels/gdp/*.c layers/*.c data/*.c train/*.c \
-                      tools/*.c train/cli/*.c)
+                      tools/*.c train/cli/*.c api/*.c)
 C_SRC    := $(filter-out train/cli/main.c,$(C_SRC))
 ifeq ($(NVCC),)
 C_SRC    := $(filter-out core/cuda_ctx.c,$(C_SRC))
@@ -78,10 +78,24 @@ GDP_LIB_OBJ += $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard kernels/gdp/*.cu))
 endif
 
 .PHONY: all test test-gpu test-asan test-dist test-all clean
-all: $(BUILD)/gdp $(BUILD)/libgdp.so $(BUILD)/lookahead_bf16
+all: $(BUILD)/gdp $(BUILD)/libgdp.so $(BUILD)/libgdpmodel.so $(BUILD)/examples/generate $(BUILD)/lookahead_bf16
 
 $(BUILD)/libgdp.so: $(GDP_LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+# build/libgdpmodel.so: the model-level API (api/gdp_model.h) over the library (the program's
+# subcommands left out); the version script exports its gdp_model_* / gdp_batch_* / gdp_sampling_*
+# calls alone, so that the library's internal names cannot clash with a program's, and
+# --no-undefined makes a missing object a link error rather than a failure to load.
+MODEL_LIB_OBJ := $(filter-out $(BUILD)/obj/train/cli/%,$(OBJ))
+$(BUILD)/libgdpmodel.so: $(MODEL_LIB_OBJ) api/gdp_model.map
+	$(CC) -shared -o $@ $(MODEL_LIB_OBJ) -Wl,--version-script=api/gdp_model.map -Wl,--no-undefined $(LDFLAGS) $(LDLIBS)
+
+# examples/: programs on the public APIs, linked as a user would (the header and the shared library);
+# the rpath finds the library beside the examples folder.
+$(BUILD)/examples/%: examples/%.c api/gdp_model.h $(BUILD)/libgdpmodel.so
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(OPT) $(WARN) $(INC) $(EXTRA_CFLAGS) $(LDFLAGS) -o $@ $< -L$(BUILD) -lgdpmodel -Wl,-rpath,'$$ORIGIN/..'
 
 $(BUILD)/libgdpcore.a: $(OBJ)
 	@mkdir -p $(@D)
@@ -116,7 +130,7 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(BUILD)/libgdpcore.a
 VECTORS  := tests/data/gdp_vectors.h5
 
 # Every CPU test binary runs; the shell tests in tests/cli drive build/gdp as a user would.
-test: $(VECTORS) $(BUILD)/gdp $(TEST_BIN)
+test: $(VECTORS) $(BUILD)/gdp $(BUILD)/libgdpmodel.so $(BUILD)/examples/generate $(TEST_BIN)
 	@BUILD=$(BUILD) sh tests/run_all.sh $(TEST_BIN)
 
 # Without CUDA the GPU test programs cannot be built: tests/run_gpu.sh then says the tests are skipped.

@@ -4,6 +4,8 @@
 #include <stdarg.h>
 #include <time.h>
 #include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
 
 void gdp_fatal_at(const char *file, int line, const char *fmt, ...) {
     fflush(stdout);
@@ -101,4 +103,20 @@ uint64_t rng_below(Rng *rng, uint64_t n) {
     do x = rng_u64(rng);
     while (x >= limit);
     return x % n;
+}
+
+void gdp_mkdir_p_at(const char *file, int line, const char *dir, const char *what) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) gdp_fatal_at(file, line, "%s folder name is too long: '%s'", what, dir);
+    const size_t n = strlen(buf);
+    for (size_t i = 1; i <= n; i++)
+        if (buf[i] == '/' || buf[i] == '\0') {
+            const char c = buf[i];
+            buf[i] = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                gdp_fatal_at(file, line, "cannot create the %s folder '%s': %s", what, buf, strerror(errno));
+            buf[i] = c;
+        }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) gdp_fatal_at(file, line, "%s '%s' exists and is not a folder", what, dir);
 }

@@ -48,6 +48,10 @@ void xfwrite_at(const char *file, int line, const void *src, size_t size, size_t
 
 /* Only rank 0 (or a single process) prints progress; see train/dist.h. */
 double gdp_now_seconds(void);
+/* Creates the folder `dir` and its parents as needed; exits naming what failed and why, also when
+ * `dir` exists and is not a folder. `what` names the folder in the message ("output", "checkpoint"). */
+#define gdp_mkdir_p(dir, what) gdp_mkdir_p_at(__FILE__, __LINE__, (dir), (what))
+void gdp_mkdir_p_at(const char *file, int line, const char *dir, const char *what);
 
 /* A small deterministic RNG (splitmix64 seeding + xoshiro256**): every random number in gdp.c
  * comes from a state the caller owns, so runs and checkpoints reproduce exactly. */

@@ -49,7 +49,7 @@ void model_state_reset(ModelState *s) {
 
 void model_state_free(ModelState *s) {
     if (!s->m) return;
-    device_free(s->m->ctx->device, s->mem);
+    if (s->mem) device_free(s->m->ctx->device, s->mem);
     free(s->layers);
     memset(s, 0, sizeof *s);
 }
@@ -60,6 +60,51 @@ void model_state_copy(ModelState *dst, const ModelState *src) {
               (long long)src->B, dst->bytes, (long long)dst->B);
     device_memcpy(dst->mem, dst->m->ctx->device, src->mem, src->m->ctx->device, src->bytes);
     dst->pos = src->pos;
+}
+
+/* The four tensors of layer i, in a fixed order. */
+static Tensor *layer_tensor(const ModelState *s, int i, int j) {
+    GdpLayerState *l = &s->layers[i];
+    return j == 0 ? &l->conv_q : j == 1 ? &l->conv_k : j == 2 ? &l->conv_v : &l->S;
+}
+
+void model_state_rows(ModelState *view, const ModelState *s, int64_t row, int64_t n) {
+    GDP_CHECK(row >= 0 && n >= 1 && row + n <= s->B, "model state: rows [%lld, %lld) are outside the batch of %lld",
+              (long long)row, (long long)(row + n), (long long)s->B);
+    const int L = s->m->cfg.num_hidden_layers;
+    memset(view, 0, sizeof *view);
+    view->m = s->m, view->B = n, view->pos = s->pos;
+    view->layers = (GdpLayerState *)xcalloc((size_t)L, sizeof(GdpLayerState));
+    for (int i = 0; i < L; i++)
+        for (int j = 0; j < 4; j++) {
+            const Tensor *t = layer_tensor(s, i, j);
+            Tensor *v = layer_tensor(view, i, j);
+            *v = *t;
+            int64_t shape[4];
+            memcpy(shape, t->shape, sizeof shape);
+            shape[0] = n;
+            tensor_set_shape(v, t->ndim, shape);
+            v->data = (float *)t->data + row * (t->numel / s->B);
+        }
+}
+
+void model_state_copy_rows(ModelState *dst, int64_t dst_row, const ModelState *src, int64_t src_row, int64_t n) {
+    GDP_CHECK(dst->m->cfg.num_hidden_layers == src->m->cfg.num_hidden_layers && n >= 0 && dst_row >= 0 &&
+                  src_row >= 0 && dst_row + n <= dst->B && src_row + n <= src->B,
+              "model state: cannot copy rows [%lld, %lld) of a batch of %lld to rows from %lld of a batch of %lld",
+              (long long)src_row, (long long)(src_row + n), (long long)src->B, (long long)dst_row, (long long)dst->B);
+    const Device dd = dst->m->ctx->device, sd = src->m->ctx->device;
+    for (int i = 0; i < src->m->cfg.num_hidden_layers; i++)
+        for (int j = 0; j < 4; j++) {
+            const Tensor *s = layer_tensor(src, i, j);
+            Tensor *d = layer_tensor(dst, i, j);
+            const int64_t row = s->numel / src->B;
+            GDP_CHECK(d->numel / dst->B == row, "model state: %s rows of %lld floats into rows of %lld", s->name,
+                      (long long)row, (long long)(d->numel / dst->B));
+            if (row * n == 0) continue;
+            device_memcpy((float *)d->data + dst_row * row, dd, (const float *)s->data + src_row * row, sd,
+                          (size_t)(row * n) * sizeof(float));
+        }
 }
 
 Tensor *model_forward_state(Model *m, Tensor *ids, ModelState *s) {

@@ -23,6 +23,13 @@ void model_state_reset(ModelState *s);
 void model_state_free(ModelState *s);
 /* dst = src (same model config and B; either device). */
 void model_state_copy(ModelState *dst, const ModelState *src);
+/* Rows [row, row + n) of s as a state of batch n over the same memory, so that one sequence of a
+ * batch can be prefilled alone or a batch stepped in groups of rows. The view owns no state memory;
+ * model_state_free frees only its headers. Valid while s is. */
+void model_state_rows(ModelState *view, const ModelState *s, int64_t row, int64_t n);
+/* Copies n rows of src from src_row into dst from dst_row (the same model; either device; rows of one
+ * state may be copied within it when the ranges do not overlap). */
+void model_state_copy_rows(ModelState *dst, int64_t dst_row, const ModelState *src, int64_t src_row, int64_t n);
 
 /* ids int32 [B, T] -> logits [B, T, out], continuing from s and updating it. Recording must be off
  * (ctx->grad_enabled false); recomputation flags are ignored. The logits live in the acts arena. */

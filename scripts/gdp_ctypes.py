@@ -15,15 +15,27 @@ current stream with a workspace from torch's allocator. CPU tensors: all float32
 
 `python3 scripts/gdp_ctypes.py` checks bf16 CUDA against the float64 CPU path (or, without a GPU,
 float32 CPU against float64 CPU) and prints PASS/FAIL lines.
+
+A trained model, through build/libgdpmodel.so (api/gdp_model.h; $GDP_MODEL_LIB names another file);
+needs numpy, not torch:
+
+    m = gdp.Model("runs/a")                              # a checkpoint file or folder; device="cpu"
+    m.generate("static int", max_tokens=40, temperature=0)          # -> bytes of the continuation
+    m.generate(["a", "bc"], max_tokens=20, stop_token=m.eot, seed=3)  # a batch -> a list, same order
+    b = m.batch(2, temperature=0.8, top_k=40, top_p=0.95, repetition_penalty=1.1, seed=1)
+    b.prefill([m.encode("a"), m.encode("bc")]); b.logits(0); nxt = b.sample(); live = b.step(nxt)
 """
 import ctypes
 import os
 
-import torch
+try:
+    import torch
+except ImportError:  # the Model class needs numpy only; the op's wrappers below need torch
+    torch = None
 
 F32, F64, BF16 = 0, 1, 2  # DType (base/dtype.h)
 HOUSEHOLDER, SPLIT = 0, 1  # GdpMode
-_DTYPES = {torch.float32: F32, torch.float64: F64, torch.bfloat16: BF16}
+_DTYPES = {torch.float32: F32, torch.float64: F64, torch.bfloat16: BF16} if torch else {}
 _p = ctypes.c_void_p
 
 
@@ -139,7 +151,7 @@ def backward(do, q, k, v, beta, g=None, h0=None, mask=None, dht=None, scale=0.0)
     return dq, dk, dv, dbeta, dg, dh0, dmask
 
 
-class GatedDeltaProduct(torch.autograd.Function):
+class GatedDeltaProduct(torch.autograd.Function if torch else object):
     """(o, ht) = GatedDeltaProduct.apply(q, k, v, beta, g, h0, mask, scale); backward via libgdp."""
 
     @staticmethod
@@ -161,6 +173,187 @@ def gated_deltaproduct(q, k, v, beta, g=None, h0=None, mask=None, scale=0.0):
     """Differentiable (o, ht); inputs are made contiguous."""
     q, k, v, beta, g, h0, mask = (None if t is None else t.contiguous() for t in (q, k, v, beta, g, h0, mask))
     return GatedDeltaProduct.apply(q, k, v, beta, g, h0, mask, scale)
+
+
+# ---- the model API (build/libgdpmodel.so) ------------------------------------------------------
+
+class GdpSampling(ctypes.Structure):  # api/gdp_model.h
+    _fields_ = [("temperature", ctypes.c_double), ("top_k", ctypes.c_int), ("top_p", ctypes.c_double),
+                ("repetition_penalty", ctypes.c_double), ("seed", ctypes.c_uint64)]
+
+
+_model_lib = None
+
+
+def model_lib(path=None):
+    """Loads libgdpmodel.so once (path, else $GDP_MODEL_LIB, else build/libgdpmodel.so of this repository)."""
+    global _model_lib
+    if _model_lib is None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        path = path or os.environ.get("GDP_MODEL_LIB") or os.path.join(here, "..", "build", "libgdpmodel.so")
+        L = ctypes.CDLL(path)
+        i32p, i64p, c = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int64), ctypes
+        sig = {"gdp_model_last_error": ([], c.c_char_p), "gdp_sampling_default": ([], GdpSampling),
+               "gdp_model_load": ([c.c_char_p, c.c_char_p, c.c_char_p, c.POINTER(_p)], c.c_int),
+               "gdp_model_free": ([_p], None), "gdp_model_vocab_size": ([_p], c.c_int),
+               "gdp_model_eot": ([_p], c.c_int), "gdp_model_device": ([_p], c.c_char_p),
+               "gdp_model_encode": ([_p, c.c_char_p, c.c_size_t, i32p, c.c_int64], c.c_int64),
+               "gdp_model_token_bytes": ([_p, c.c_int32, c.POINTER(c.c_size_t)], c.POINTER(c.c_char)),
+               "gdp_batch_new": ([_p, c.c_int, c.POINTER(GdpSampling), c.POINTER(_p)], c.c_int),
+               "gdp_batch_free": ([_p], None), "gdp_batch_prefill": ([_p, i32p, i64p], c.c_int),
+               "gdp_batch_sample": ([_p, i32p], c.c_int), "gdp_batch_step": ([_p, i32p], c.c_int),
+               "gdp_batch_logits": ([_p, c.c_int], c.POINTER(c.c_float)),
+               "gdp_batch_position": ([_p, c.c_int], c.c_int64)}
+        for name, (args, res) in sig.items():
+            fn = getattr(L, name)
+            fn.argtypes, fn.restype = args, res
+        _model_lib = L
+    return _model_lib
+
+
+def _checked(status, what):
+    """status, or a RuntimeError with the library's reason when it is negative."""
+    if status < 0:
+        raise RuntimeError(f"{what}: {model_lib().gdp_model_last_error().decode(errors='replace')}")
+    return status
+
+
+def _i32(a):
+    return a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+
+
+class Model:
+    """A trained model loaded from a checkpoint (a file, or a training folder's newest valid one) with its
+    tokenizer (tokenizer=None: the one the checkpoint records, else bytes). device: cpu, cuda or auto."""
+
+    def __init__(self, checkpoint, device="cpu", tokenizer=None, lib_path=None):
+        import numpy  # here, not at the top: the op's wrappers need torch and not numpy
+        self._np, self._L, self._h = numpy, model_lib(lib_path), None
+        h = _p()
+        enc = (lambda x: None if x is None else os.fsencode(x))
+        _checked(self._L.gdp_model_load(enc(checkpoint), enc(device), enc(tokenizer), ctypes.byref(h)),
+                 f"loading {checkpoint}")
+        self._h = h
+        self.vocab_size = self._L.gdp_model_vocab_size(h)  # logits per sequence
+        self.eot = self._L.gdp_model_eot(h)  # the tokenizer's end-of-text token, or -1
+        self.device = self._L.gdp_model_device(h).decode()
+
+    def close(self):
+        if self._h:
+            self._L.gdp_model_free(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def encode(self, text):
+        """Token ids (int32 numpy array) of text (str, as UTF-8, or bytes)."""
+        data = text.encode() if isinstance(text, str) else bytes(text)
+        n = _checked(self._L.gdp_model_encode(self._h, data, len(data), None, 0), "encode")
+        ids = self._np.empty(max(n, 1), dtype=self._np.int32)
+        _checked(self._L.gdp_model_encode(self._h, data, len(data), _i32(ids), n), "encode")
+        return ids[:n]
+
+    def decode(self, ids):
+        """The bytes of a sequence of token ids."""
+        out, size = [], ctypes.c_size_t()
+        for t in ids:
+            p = self._L.gdp_model_token_bytes(self._h, int(t), ctypes.byref(size))
+            if not p:
+                _checked(-1, "decode")
+            out.append(ctypes.string_at(p, size.value))
+        return b"".join(out)
+
+    def batch(self, n, temperature=0.8, top_k=0, top_p=1.0, repetition_penalty=1.0, seed=1):
+        """A Batch of n sequences with these sampling settings (gdp generate's flags and defaults)."""
+        return Batch(self, n, GdpSampling(temperature, top_k, top_p, repetition_penalty, seed))
+
+    def generate(self, prompts, max_tokens=128, stop_token=None, **sampling):
+        """The continuation (bytes) of a prompt, or a list of them for a list of prompts, each ending at
+        max_tokens or before stop_token; the same text gdp generate prints after the prompt."""
+        one = isinstance(prompts, (str, bytes))
+        prompts = [prompts] if one else list(prompts)
+        with self.batch(len(prompts), **sampling) as b:
+            b.prefill([self.encode(p) for p in prompts])
+            made = [[] for _ in prompts]
+            live = len(prompts)
+            while live:
+                nxt = b.sample()
+                for i, t in enumerate(nxt):
+                    if t < 0:
+                        continue
+                    if t == stop_token or len(made[i]) == max_tokens:
+                        nxt[i] = -1
+                    else:
+                        made[i].append(int(t))
+                        if len(made[i]) == max_tokens:
+                            nxt[i] = -1  # its last token needs no step
+                live = b.step(nxt)
+        out = [self.decode(m) for m in made]
+        return out[0] if one else out
+
+
+class Batch:
+    """n sequences of a Model: prefill(prompts), then sample() and step(tokens) until every sequence has
+    ended (a token < 0 given to step ends its sequence)."""
+
+    def __init__(self, model, n, sampling):
+        self._m, self._L, self._np, self.n, self._h = model, model._L, model._np, n, None
+        h = _p()
+        _checked(self._L.gdp_batch_new(model._h, n, ctypes.byref(sampling), ctypes.byref(h)), "new batch")
+        self._h = h
+
+    def close(self):
+        if self._h:
+            self._L.gdp_batch_free(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def prefill(self, prompts):
+        """Starts every sequence over from its prompt (n sequences of token ids, any lengths >= 1)."""
+        if len(prompts) != self.n:
+            raise ValueError(f"prefill: {len(prompts)} prompts for a batch of {self.n}")
+        np = self._np
+        ids = np.ascontiguousarray(np.concatenate([np.asarray(p, dtype=np.int32).ravel() for p in prompts]))
+        lens = np.ascontiguousarray([len(np.asarray(p).ravel()) for p in prompts], dtype=np.int64)
+        _checked(self._L.gdp_batch_prefill(self._h, _i32(ids), lens.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))),
+                 "prefill")
+
+    def sample(self):
+        """A token per sequence (int32 numpy array; -1 for an ended one)."""
+        nxt = self._np.empty(self.n, dtype=self._np.int32)
+        _checked(self._L.gdp_batch_sample(self._h, _i32(nxt)), "sample")
+        return nxt
+
+    def step(self, tokens):
+        """Every live sequence consumes its token (< 0: it ends instead); returns how many are live."""
+        t = self._np.ascontiguousarray(tokens, dtype=self._np.int32)
+        if t.shape != (self.n,):
+            raise ValueError(f"step: {t.shape} tokens for a batch of {self.n}")
+        return _checked(self._L.gdp_batch_step(self._h, _i32(t)), "step")
+
+    def logits(self, i):
+        """Sequence i's logits (a copy), or None when it has ended."""
+        p = self._L.gdp_batch_logits(self._h, i)
+        return self._np.ctypeslib.as_array(p, (self._m.vocab_size,)).copy() if p else None
+
+    def position(self, i):
+        """Tokens sequence i has consumed."""
+        return self._L.gdp_batch_position(self._h, i)
 
 
 # ---- self-check -------------------------------------------------------------------------------
@@ -259,4 +452,6 @@ def self_check():
 
 
 if __name__ == "__main__":
+    if torch is None:
+        raise SystemExit("gdp_ctypes: the op's self-check needs torch (pip install torch)")
     raise SystemExit(1 if self_check() else 0)

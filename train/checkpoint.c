@@ -42,23 +42,6 @@ __attribute__((noreturn)) static void h5w_fail(const char *path, const char *cal
         r_;                                                                                              \
     })
 
-static void mkdir_p(const char *dir) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", dir);
-    size_t n = strlen(buf);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] == '/' || buf[i] == '\0') {
-            char c = buf[i];
-            buf[i] = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                gdp_fatal("cannot create checkpoint directory '%s': %s", buf, strerror(errno));
-            buf[i] = c;
-        }
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) gdp_fatal("checkpoint directory '%s' is not a directory", dir);
-}
-
 static void fsync_path(const char *path, bool is_dir) {
     int fd = open(path, is_dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
     if (fd < 0) gdp_fatal("cannot open '%s' to flush it to disk: %s", path, strerror(errno));
@@ -100,15 +83,29 @@ static void write_attr_string(const char *path, hid_t obj, const char *name, con
     H5W(path, H5Tclose(t));
 }
 
+/* HDF5 stamps every object with its creation time unless told not to: without the stamps the same
+ * training state always gives the same bytes, so two runs (or a resumed run and an uninterrupted
+ * one) can be compared with cmp. */
+static hid_t untimed_plist(const char *path, hid_t cls) {
+    hid_t pl = H5W(path, H5Pcreate(cls));
+    H5W(path, H5Pset_obj_track_times(pl, 0));
+    return pl;
+}
+
 static hid_t create_group(const char *path, hid_t parent, const char *name) {
-    return H5W(path, H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    hid_t gcpl = untimed_plist(path, H5P_GROUP_CREATE);
+    hid_t g = H5W(path, H5Gcreate2(parent, name, H5P_DEFAULT, gcpl, H5P_DEFAULT));
+    H5W(path, H5Pclose(gcpl));
+    return g;
 }
 
 static void write_tensor(const char *path, hid_t group, const Tensor *t, const float *data) {
     hsize_t dims[GDP_MAX_DIMS];
     for (int i = 0; i < t->ndim; i++) dims[i] = (hsize_t)t->shape[i];
     hid_t sp = H5W(path, H5Screate_simple(t->ndim, dims, NULL));
-    hid_t ds = H5W(path, H5Dcreate2(group, t->name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    hid_t dcpl = untimed_plist(path, H5P_DATASET_CREATE);
+    hid_t ds = H5W(path, H5Dcreate2(group, t->name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+    H5W(path, H5Pclose(dcpl));
     H5W(path, H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
     unsigned int crc = (unsigned int)crc32_z(0L, (const Bytef *)data, (size_t)t->numel * sizeof(float));
     write_attr_scalar(path, ds, "crc32", H5T_STD_U32LE, H5T_NATIVE_UINT, &crc);
@@ -198,6 +195,24 @@ void checkpoint_prune(const char *dir, int keep_last, const char *protect) {
         if (unlink(p) != 0) fprintf(stderr, "gdp: warning: cannot delete old checkpoint '%s': %s\n", p, strerror(errno));
     }
     free(steps);
+}
+
+/* Deletes the ckpt_*.h5.tmp and latest.tmp files of DIR: a process killed inside a write leaves
+ * one behind, and a resumed run with other --checkpoint-every steps would never overwrite it.
+ * Called after a checkpoint and `latest` were renamed into place, when no .tmp of ours is left. */
+static void remove_stale_tmps(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return; /* only tidying: the checkpoint itself is written */
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        bool ckpt_tmp = n > 7 && !strncmp(e->d_name, "ckpt_", 5) && !strcmp(e->d_name + n - 7, ".h5.tmp");
+        if (!ckpt_tmp && strcmp(e->d_name, "latest.tmp") != 0) continue;
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (unlink(p) == 0) fprintf(stderr, "note: removed '%s', left by a run that was killed while writing it\n", p);
+    }
+    closedir(d);
 }
 
 /* Writes all of buf to path (created or truncated) and fsyncs it. On failure closes and deletes
@@ -303,7 +318,7 @@ char *checkpoint_save(const char *dir, ParamStore *ps, Optimizer *opt, const Che
         return NULL;
     }
     h5_quiet();
-    mkdir_p(dir);
+    gdp_mkdir_p(dir, "checkpoint");
     char final_path[4096], tmp_path[4200];
     checkpoint_path(final_path, sizeof final_path, dir, meta->step);
     snprintf(tmp_path, sizeof tmp_path, "%s.tmp", final_path);
@@ -334,6 +349,7 @@ char *checkpoint_save(const char *dir, ParamStore *ps, Optimizer *opt, const Che
     size_t increment = (size_t)GDP_MIN(payload + 4.0 * 1048576, 1024.0 * 1048576);
     hid_t fcpl = H5W(tmp_path, H5Pcreate(H5P_FILE_CREATE));
     H5W(tmp_path, H5Pset_userblock(fcpl, CKPT_HEADER_BYTES));
+    H5W(tmp_path, H5Pset_obj_track_times(fcpl, 0)); /* the root group too (see untimed_plist) */
     hid_t fapl = H5W(tmp_path, H5Pcreate(H5P_FILE_ACCESS));
     H5W(tmp_path, H5Pset_fapl_core(fapl, increment, 0));
     hid_t f = H5Fcreate(tmp_path, H5F_ACC_TRUNC, fcpl, fapl);
@@ -409,6 +425,7 @@ char *checkpoint_save(const char *dir, ParamStore *ps, Optimizer *opt, const Che
     }
     fsync_path(dir, true);
     write_latest(dir, final_path);
+    remove_stale_tmps(dir);
     checkpoint_prune(dir, keep_last, final_path);
     if (dist) dist_barrier(dist);
     size_t len = strlen(final_path) + 1;
@@ -484,6 +501,13 @@ bool checkpoint_verify(const char *path, char *why, size_t len) {
     if (r == VERIFY_LEGACY) snprintf(tmp, sizeof tmp, "it has no whole-file checksum (written by an older gdp.c)");
     if (why && len) snprintf(why, len, "%s", r == VERIFY_OK ? "" : tmp);
     return r == VERIFY_OK;
+}
+
+bool checkpoint_readable(const char *path, char *why, size_t len) {
+    char tmp[512];
+    VerifyResult r = verify_file(path, tmp, sizeof tmp);
+    if (why && len) snprintf(why, len, "%s", r == VERIFY_BAD ? tmp : "");
+    return r != VERIFY_BAD;
 }
 
 /* The checkpoint being read, closed (with everything opened in it: H5F_CLOSE_STRONG) before a read

@@ -20,7 +20,10 @@
  * longer matches its CRC: tools that edit checkpoints must recompute it.
  * Writing builds the file in memory, writes it to ckpt_<step>.h5.tmp with write() + fsync (on a
  * failure the .tmp is removed and the error names it), renames it, fsyncs the directory; then
- * `latest` is written the same way (tmp + rename). Only the newest keep_last checkpoints stay.
+ * `latest` is written the same way (tmp + rename), and any .tmp a killed run left in DIR is
+ * deleted. Only the newest keep_last checkpoints stay. HDF5's object timestamps are off, so the
+ * same state always gives the same bytes (a resumed run's file compares equal to an uninterrupted
+ * run's with cmp).
  * The file always holds the full state, whatever the world size or ZeRO stage at save, so any
  * world size can resume from it. */
 #pragma once
@@ -104,6 +107,9 @@ char *checkpoint_latest(const char *dir);
 char *checkpoint_find_resume(const char *dir, char *note, size_t len);
 /* Whether path passes the whole-file check; else false with the reason in why (may be NULL). */
 bool checkpoint_verify(const char *path, char *why, size_t len);
+/* Whether checkpoint_load would open path: it passes the whole-file check, or it is an older gdp.c
+ * checkpoint without one (read on its datasets' checksums); else false with the reason in why. */
+bool checkpoint_readable(const char *path, char *why, size_t len);
 /* "DIR/ckpt_00000042.h5" into buf. */
 void checkpoint_path(char *buf, size_t len, const char *dir, int64_t step);
 /* Deletes all but the newest keep_last ckpt_*.h5 of DIR (never `protect`, which may be NULL). */

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <stdarg.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/common.h"
@@ -143,11 +144,14 @@ void dist_init(Dist *d, int *argc, char ***argv) {
     bind_gpu(d);
 }
 
+/* Whether device collectives do anything: with several ranks, or through NCCL when a test forces it. */
+static bool collectives_on(const Dist *d) { return d->world > 1 || (d->force_nccl && d->device == DEV_CUDA); }
+
 void dist_attach(Dist *d, Ctx *ctx) {
     GDP_CHECK(d && d->initialized, "dist_attach: call dist_init (or dist_init_single) first");
     d->ctx = ctx;
     d->device = ctx->device;
-    if (d->world <= 1) return;
+    if (!collectives_on(d)) return;
     double dv = (double)ctx->device;
     double lo = -dist_max_double(d, -dv), hi = dist_max_double(d, dv);
     if (lo != hi)
@@ -156,10 +160,13 @@ void dist_attach(Dist *d, Ctx *ctx) {
                    device_name(ctx->device));
     if (ctx->device != DEV_CUDA) return;
 #ifdef GDP_CUDA
+    /* A later run in the same process (tests, gdp tasks) reuses the communicator: it belongs to the
+     * GPU, not to the context. */
+    if (d->nccl_comm) return;
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (d->rank == 0) NCCL_CHECK(d, ncclGetUniqueId(&id));
-    MPI_CHECK(d, MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+    if (d->world > 1) MPI_CHECK(d, MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
     ncclComm_t comm;
     NCCL_CHECK(d, ncclCommInitRank(&comm, d->world, id, d->rank));
     d->nccl_comm = comm;
@@ -203,13 +210,23 @@ void dist_shard_range(int64_t total, int rank, int world, int64_t *start, int64_
 
 /* ---- NCCL path ------------------------------------------------------------------------------------ */
 #ifdef GDP_CUDA
-static bool use_nccl(const Dist *d) { return d->device == DEV_CUDA && d->world > 1; }
+static bool use_nccl(const Dist *d) { return d->device == DEV_CUDA && collectives_on(d); }
+
+/* inject_stall_s: a host function on the NCCL stream holds it as a peer that never arrives would. */
+static void CUDART_CB stall_stream(void *secs) {
+    double s = *(const double *)secs;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
 
 static void nccl_begin(Dist *d) {
     GDP_CHECK(d->nccl_comm, "dist: a CUDA collective before dist_attach created the NCCL communicator");
     cudaEvent_t e = (cudaEvent_t)d->nccl_event;
     CUDA_CHECK(cudaEventRecord(e, (cudaStream_t)ctx_stream(d->ctx)));
     CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)d->nccl_stream, e, 0));
+    if (d->inject_stall_s > 0)
+        CUDA_CHECK(cudaLaunchHostFunc((cudaStream_t)d->nccl_stream, stall_stream, &d->inject_stall_s));
+    d->nccl_ops++;
 }
 
 /* NCCL's asynchronous error state (a failed peer, a network error): any error ends every rank
@@ -217,6 +234,7 @@ static void nccl_begin(Dist *d) {
 static void nccl_check_async(Dist *d, const char *what) {
     ncclResult_t async = ncclSuccess;
     NCCL_CHECK(d, ncclCommGetAsyncError((ncclComm_t)d->nccl_comm, &async));
+    if (d->inject_nccl_error) async = (ncclResult_t)d->inject_nccl_error;
     if (async != ncclSuccess && async != ncclInProgress)
         dist_abort(d, "%s: NCCL reported an asynchronous error: %s (%s); another rank probably failed", what,
                    ncclGetErrorString(async), ncclGetLastError((ncclComm_t)d->nccl_comm));
@@ -237,6 +255,9 @@ static void nccl_finish(Dist *d, const char *what) {
                        d->timeout_s);
         usleep(50);
     }
+    /* Once more after completion: an aborted communicator lets its kernels finish early, so the
+     * event completes although the result is not there. */
+    nccl_check_async(d, what);
 }
 
 #ifdef GDP_CUDA
@@ -270,7 +291,7 @@ static void check_int_count(const Dist *d, int64_t n, const char *what) {
 
 /* ---- device buffers --------------------------------------------------------------------------------- */
 static void allreduce_f32(Dist *d, float *buf, int64_t n, bool mean) {
-    if (d->world <= 1 || n <= 0) return;
+    if (!collectives_on(d) || n <= 0) return;
 #ifdef GDP_CUDA
     if (use_nccl(d)) {
         nccl_begin(d);
@@ -305,7 +326,7 @@ static void shard_tables(const Dist *d, int64_t total, int *counts, int *displs)
 }
 
 void dist_reduce_scatter_mean_f32(Dist *d, float *buf, int64_t total) {
-    if (d->world <= 1 || total <= 0) return;
+    if (!collectives_on(d) || total <= 0) return;
     int64_t start, end;
     dist_shard_range(total, d->rank, d->world, &start, &end);
 #ifdef GDP_CUDA
@@ -337,7 +358,7 @@ void dist_reduce_scatter_mean_f32(Dist *d, float *buf, int64_t total) {
 }
 
 void dist_all_gather_f32(Dist *d, float *buf, int64_t total) {
-    if (d->world <= 1 || total <= 0) return;
+    if (!collectives_on(d) || total <= 0) return;
 #ifdef GDP_CUDA
     if (use_nccl(d)) {
         ncclComm_t comm = (ncclComm_t)d->nccl_comm;
@@ -413,7 +434,7 @@ void dist_broadcast_bytes(Dist *d, void *buf, int64_t bytes) {
 
 /* ---- parameter-store helpers ---------------------------------------------------------------------------- */
 void dist_sync_grads(Dist *d, ParamStore *ps, int zero_stage) {
-    if (!d || d->world <= 1) return;
+    if (!d || !collectives_on(d)) return;
     GDP_CHECK(zero_stage == 0 || zero_stage == 1, "dist_sync_grads: ZeRO stage %d is not supported (use 0 or 1)",
               zero_stage);
     if (zero_stage == 1)
@@ -423,7 +444,7 @@ void dist_sync_grads(Dist *d, ParamStore *ps, int zero_stage) {
 }
 
 void dist_sync_params(Dist *d, ParamStore *ps, int zero_stage) {
-    if (!d || d->world <= 1 || zero_stage != 1) return;
+    if (!d || !collectives_on(d) || zero_stage != 1) return;
     dist_all_gather_f32(d, ps->flat_params, ps->total);
 }
 
@@ -535,7 +556,7 @@ void dist_buckets_init(DistBuckets *gb, Dist *d, ParamStore *ps, int zero_stage,
     GDP_CHECK(zero_stage == 0 || zero_stage == 1, "gradient buckets: ZeRO stage %d is not supported (use 0 or 1)",
               zero_stage);
     GDP_CHECK(ps && ps->allocated, "dist_buckets_init: allocate the parameters first");
-    if (!d || d->world <= 1 || !(bucket_mb > 0)) return;
+    if (!d || !collectives_on(d) || !(bucket_mb > 0)) return;
     int64_t cap = (int64_t)ceil(bucket_mb * 1048576.0 / sizeof(float));
     int64_t *starts = (int64_t *)xmalloc(sizeof(int64_t) * (size_t)ps->n);
     int ng = 0;

@@ -20,10 +20,10 @@
  *
  * Every collective is synchronous (except the gradient buckets, which dist_buckets_sync completes):
  * when it returns the result is in place and ctx's stream may use it. On CUDA the NCCL work runs on
- * the Dist's own stream, ordered after everything already queued on ctx's stream; while waiting,
- * NCCL's asynchronous error state is polled, and an error or no progress for timeout_s (env
- * GDP_DIST_TIMEOUT_S, default 600) aborts every rank with a message naming this rank, so a dead
- * peer never hangs the job silently.
+ * the Dist's own stream, ordered after everything already queued on ctx's stream; while waiting
+ * (and once when done), NCCL's asynchronous error state is polled, and an error or no progress for
+ * timeout_s (env GDP_DIST_TIMEOUT_S, default 600) aborts every rank with a message naming this
+ * rank, so a dead peer never hangs the job silently.
  *
  * Counts are always element counts (never bytes). */
 #pragma once
@@ -47,6 +47,14 @@ typedef struct Dist {
     void *nccl_comm;             /* ncclComm_t, NULL on CPU or world 1 */
     void *nccl_stream;           /* cudaStream_t */
     void *nccl_event;            /* cudaEvent_t, for ordering the two streams */
+    int64_t nccl_ops;            /* collectives (and gradient buckets) run through NCCL so far */
+    /* For tests on a machine with one GPU; set before dist_attach. */
+    bool force_nccl;             /* CUDA at world 1 too: a communicator of one rank, and every device
+                                    collective, bucket and ZeRO-1 path runs through NCCL as on 2+ GPUs */
+    int inject_nccl_error;       /* nonzero: every poll of NCCL's asynchronous error state reports this
+                                    ncclResult_t, as after a peer failed (the watchdog's abort path) */
+    double inject_stall_s;       /* > 0: each NCCL collective's stream first sleeps this long, as with a
+                                    stuck peer (the watchdog's timeout path) */
 } Dist;
 
 /* MPI_Init (unless MPI is already up), rank/world/local rank, GPU choice and NCCL environment (see
@@ -55,7 +63,8 @@ void dist_init(Dist *d, int *argc, char ***argv);
 /* A Dist for one process that never touches MPI (tests, tools): world 1, rank 0. */
 void dist_init_single(Dist *d);
 /* Binds the Dist to ctx: checks every rank chose the same kind of device (a clear error if not)
- * and, on CUDA with world > 1, creates the NCCL communicator (unique id from rank 0 via MPI_Bcast). */
+ * and, on CUDA with world > 1 (or force_nccl), creates the NCCL communicator (unique id from rank 0
+ * via MPI_Bcast); a Dist attached before keeps its communicator (one per process and GPU). */
 void dist_attach(Dist *d, Ctx *ctx);
 /* Destroys NCCL state and, when dist_init started MPI, finalizes it. */
 void dist_finalize(Dist *d);

@@ -49,19 +49,6 @@ TasksOptions tasks_default_options(void) {
     return o;
 }
 
-static void mkdir_p(const char *dir) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", dir);
-    size_t n = strlen(buf);
-    for (size_t i = 1; i <= n; i++)
-        if (buf[i] == '/' || buf[i] == 0) {
-            char c = buf[i];
-            buf[i] = 0;
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST) gdp_fatal("cannot create folder '%s': %s", buf, strerror(errno));
-            buf[i] = c;
-        }
-}
-
 static void describe(const TasksOptions *o, const char *group, char *buf, size_t len) {
     if (o->mode == GDP_MODE_SPLIT)
         snprintf(buf, len, "%s split r=%d %s mask beta(0,%d)", group, o->n_h, o->mask_learned ? "learned" : "identity",
@@ -372,7 +359,7 @@ int tasks_run(const TasksOptions *o, TasksResult *res) {
     snprintf(r.group, sizeof r.group, "%s", g.name);
     describe(o, g.name, r.label, sizeof r.label);
     Device dev = device_parse(o->device, "--device");
-    mkdir_p(o->out);
+    gdp_mkdir_p(o->out, "output");
 
     /* 1. The model config: the paper's layer, a classification head over the group's elements. */
     TaskSets sets;

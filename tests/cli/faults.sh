@@ -4,7 +4,8 @@
 # (checkpoint, exit 0, a line saying how to resume), a second SIGINT (stops at once), a file-size
 # limit or a full tmpfs during a checkpoint write (exit 1 with the message, no .tmp, earlier
 # checkpoints intact), flipped bytes in a checkpoint's HDF5 metadata (exit 1, never a crash), a
-# folder without `latest`, and the small ones: out-of-range numbers, generate's stats line.
+# folder without `latest`, a stale .tmp, and the small ones: out-of-range numbers, generate's stats
+# line, a resume on data of another vocabulary.
 CLI_TEST=faults
 . tests/cli_lib.sh
 
@@ -107,7 +108,22 @@ grep -q "resuming from the newest valid checkpoint, '$R3/ckpt_00000008.h5'" "$TM
 mkdir -p "$TMP/empty"
 expect_exit 1 "holds no valid checkpoint" "resume an empty folder" "$GDP" train $COMMON --resume "$TMP/empty"
 
+# ---- a .tmp left by a run killed while writing it (for a step the resumed run never writes) is
+# removed by the next checkpoint, with a note
+: >"$R3/ckpt_00000099.h5.tmp"
+: >"$R3/latest.tmp"
+# shellcheck disable=SC2086
+expect_exit 0 "left by a run that was killed while writing it" "a stale .tmp noted" "$GDP" train $COMMON --steps 11 \
+    --out "$R3" --resume "$R3"
+ls "$R3" | grep -q '\.tmp$' && bad "stale .tmp files kept: $(ls "$R3")" || ok "stale .tmp files removed"
+
 # ---- small ones
+# resuming on data with a larger vocabulary than the checkpoint's model: the message says to resume
+# with the run's data, not to "drop vocab_size" (which the run never set)
+expect_exit 0 "bytes/token" "prepare BPE data" "$GDP" prepare --input "$T" --out "$TMP/bpe" --vocab 300
+expect_exit 1 "resume with the data (and tokenizer) the run was started with" "resume on data with another vocabulary" \
+    "$GDP" train --data "$TMP/bpe" --batch 4 --seq 32 --steps 20 --out "$TMP/vocab" --resume "$R3"
+grep -q "drop vocab_size" "$TMP/out" && bad "the vocabulary message advises dropping vocab_size" || ok "no vocab_size advice"
 expect_exit 2 "out of range" "--steps past 64 bits" "$GDP" train --data "$T" --steps 99999999999999999999999
 expect_exit 2 "out of range" "--skip-window 1" "$GDP" train --data "$T" --skip-window 1
 expect_exit 2 "not a number" "--skip-loss-z x" "$GDP" train --data "$T" --skip-loss-z x

@@ -14,29 +14,9 @@
 
 #define MAX_GRADS (1 << 20)
 
-/* docs_case_packed on CUDA with the context's autocast flags set as the trainer sets them. */
+/* docs_case_packed on CUDA, bf16 with the trainer's autocast flags on the context */
 static double packed_cuda(const DocsCase *c, bool bf16, bool loss_across, double *g, int64_t *n) {
-    if (!bf16) return docs_case_packed(c, DEV_CUDA, GDP_F32, loss_across, g, n);
-    /* as docs_case_packed, with the trainer's autocast flags on the context before the model is built */
-    Ctx *ctx = ctx_create(DEV_CUDA, ctx_default_sizes());
-    ctx->autocast_bf16 = true, ctx->bf16_activations = true;
-    Model m;
-    Tensor *params[DOCS_CASE_MAX_PARAMS];
-    const int np = docs_case_model(c, ctx, GDP_F32, &m, params, DOCS_CASE_MAX_PARAMS);
-    int32_t tg[DOCS_CASE_N], cu[DOCS_CASE_N + 1];
-    memcpy(tg, c->tg, sizeof tg);
-    TrainDocs docs = {.eot = c->eot, .loss_across = loss_across};
-    Tensor *loss = train_batch_loss(&m, &docs, c->ids, tg, cu, DOCS_CASE_B, DOCS_CASE_T);
-    tape_backward(ctx, loss);
-    double l;
-    tensor_to_doubles(loss, &l);
-    int64_t total = 0;
-    for (int i = 0; i < np; i++) total += params[i]->numel;
-    memset(g, 0, (size_t)total * sizeof(double));
-    *n = docs_case_add_grads(params, np, 1.0, g);
-    model_free(&m);
-    ctx_destroy(ctx);
-    return l;
+    return docs_case_packed(c, DEV_CUDA, GDP_F32, bf16, loss_across, g, n);
 }
 
 static void check(int *failures, bool bf16) {

@@ -79,10 +79,12 @@ static inline int64_t docs_case_add_grads(Tensor **params, int n, double scale, 
 
 #define DOCS_CASE_MAX_PARAMS 64
 
-/* The batch as one packed run: its loss, and every gradient into grads (zeroed first, *n_grads set). */
-static inline double docs_case_packed(const DocsCase *c, Device dev, DType dt, bool loss_across, double *grads,
-                                      int64_t *n_grads) {
+/* The batch as one packed run: its loss, and every gradient into grads (zeroed first, *n_grads set).
+ * autocast_bf16: the context's bf16 autocast and activations on, as the trainer sets them on CUDA. */
+static inline double docs_case_packed(const DocsCase *c, Device dev, DType dt, bool autocast_bf16, bool loss_across,
+                                      double *grads, int64_t *n_grads) {
     Ctx *ctx = ctx_create(dev, ctx_default_sizes());
+    ctx->autocast_bf16 = autocast_bf16, ctx->bf16_activations = autocast_bf16;
     Model m;
     Tensor *params[DOCS_CASE_MAX_PARAMS];
     const int n = docs_case_model(c, ctx, dt, &m, params, DOCS_CASE_MAX_PARAMS);

@@ -77,22 +77,6 @@ static void on_opt(const CliOpt *o, const char *v, void *user) {
     if (!strcmp(o->name, "shard-tokens")) a->shard_tokens = cli_int("shard-tokens", v, 1, INT32_MAX);
 }
 
-static void mkdir_p(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1;; p++) {
-        char c = *p;
-        if (c == '/' || c == 0) {
-            *p = 0;
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST) gdp_fatal("cannot create folder '%s': %s", buf, strerror(errno));
-            *p = c;
-        }
-        if (!c) break;
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) gdp_fatal("output '%s' exists and is not a folder", path);
-}
-
 /* train_NNNNNN.bin / val_NNNNNN.bin (and .tmp leftovers): the files a previous prepare wrote. */
 static bool is_our_shard(const char *name) {
     const char *p = !strncmp(name, "train_", 6) ? name + 6 : !strncmp(name, "val_", 4) ? name + 4 : NULL;
@@ -392,7 +376,7 @@ int cmd_prepare(int argc, char **argv) {
         tokenizer_add_eot(tok);
     }
     double t_tok = gdp_now_seconds();
-    mkdir_p(a.out);
+    gdp_mkdir_p(a.out, "output");
     remove_old_shards(a.out);
     char tpath[4200], jpath[4200];
     snprintf(tpath, sizeof tpath, "%s/%s", a.out, TOKENIZER_FILE);

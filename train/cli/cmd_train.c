@@ -14,19 +14,6 @@
 #include "train/step_guard.h"
 #include "train/train.h"
 
-static void mkdir_p(const char *dir) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", dir);
-    size_t n = strlen(buf);
-    for (size_t i = 1; i <= n; i++)
-        if (buf[i] == '/' || buf[i] == 0) {
-            char c = buf[i];
-            buf[i] = 0;
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST) gdp_fatal("cannot create folder '%s': %s", buf, strerror(errno));
-            buf[i] = c;
-        }
-}
-
 static const CliOpt train_opts[] = {
     {"preset", 'p', "NAME", "model preset: tiny (default without --config), small, base"},
     {"config", 'c', "FILE", "model config file of `key = value` lines (fla GatedDeltaProductConfig names); keys it "
@@ -215,7 +202,7 @@ int cmd_train(int argc, char **argv) {
                                     "--device cpu or --autocast off everything is f32: drop it");
     if (o.warmup >= o.steps && o.schedule != LR_CONSTANT)
         cli_usage_error(&train_cmd, "--warmup %lld must be below --steps %lld", (long long)o.warmup, (long long)o.steps);
-    if (o.out) mkdir_p(o.out);
+    if (o.out) gdp_mkdir_p(o.out, "output");
     /* MPI only when a launcher started us (mpirun, srun, ...): a lone process is world 1 either way,
      * and skipping the singleton MPI_Init saves its helper daemon and start-up time. */
     Dist dist;

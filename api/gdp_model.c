@@ -1,0 +1,364 @@
+/* The model-level C API (api/gdp_model.h) over the library: the checkpoint loader of train/load.c,
+ * the tokenizers of data/, the recurrent state of layers/state.h and the decoder and sampler of
+ * layers/decode.h. Every argument and file is checked here first, so that a mistake of the caller
+ * comes back as an error instead of ending the process in the layers below. */
+#include "api/gdp_model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+
+#include "base/common.h"
+#include "base/device.h"
+#include "core/params.h"
+#include "data/tokenizer.h"
+#include "layers/decode.h"
+#include "layers/model.h"
+#include "layers/state.h"
+#include "train/checkpoint.h"
+#include "train/train.h"
+
+struct GdpModel {
+    Model m;
+    ParamStore ps;
+    Ctx *ctx;
+    Tokenizer *tok;
+    int64_t group; /* rows one CPU step runs at once (what the arenas were planned for) */
+};
+
+struct GdpBatch {
+    GdpModel *model;
+    int n, live;
+    GdpSampling s;
+    int64_t V;        /* logits per sequence */
+    float *logits;    /* [n, V] */
+    float *work;      /* [max(group, 1), V]: a step's rows of logits, or one row being sampled */
+    Rng *rng;         /* [n] */
+    int32_t **hist;   /* [n]: the tokens each sequence consumed (for the repetition penalty) */
+    int64_t *pos, *cap;
+    bool *ended;
+    /* CPU: the live sequences' states in rows 0..live-1, in sequence order */
+    ModelState state;
+    int *seq_of_row;
+    int32_t *row_tok;
+    /* CUDA: one decoder per sequence */
+    DecodeState *dec;
+};
+
+static _Thread_local char last_error[2048];
+
+__attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+const char *gdp_model_last_error(void) { return last_error; }
+
+GdpSampling gdp_sampling_default(void) { return (GdpSampling){0.8, 0, 1.0, 1.0, 1}; }
+
+/* ---- the model ----------------------------------------------------------------------------------- */
+
+/* The checkpoint file path names (malloc'd), or NULL after fail(). */
+static char *resolve_checkpoint(const char *path) {
+    struct stat st;
+    char why[2048];
+    if (!path || stat(path, &st) != 0)
+        return fail("gdp_model_load: checkpoint '%s': no such file or folder", path ? path : "(null)"), NULL;
+    char *file = NULL;
+    if (S_ISDIR(st.st_mode)) {
+        file = checkpoint_find_resume(path, why, sizeof why);
+        if (!file)
+            return fail("gdp_model_load: folder '%s' holds no valid checkpoint (ckpt_NNNNNNNN.h5)%s%s: give a "
+                        "checkpoint file or the --out folder of a gdp train run that saved one",
+                        path, why[0] ? ": " : "", why), NULL;
+    } else {
+        file = (char *)xmalloc(strlen(path) + 1);
+        strcpy(file, path);
+    }
+    if (!checkpoint_readable(file, why, sizeof why)) {
+        fail("gdp_model_load: '%s' is not a usable gdp.c checkpoint: %s", file, why);
+        free(file);
+        return NULL;
+    }
+    return file;
+}
+
+int gdp_model_load(const char *checkpoint, const char *device, const char *tokenizer, GdpModel **out) {
+    if (!out) return fail("gdp_model_load: out is NULL (pass the address of a GdpModel pointer)");
+    *out = NULL;
+    if (!device) device = "cpu";
+    Device dev;
+    if (!strcmp(device, "cpu")) {
+        dev = DEV_CPU;
+    } else if (!strcmp(device, "cuda") || !strcmp(device, "auto")) {
+        const bool have = gdp_built_with_cuda() && gdp_cuda_available();
+        if (!have && !strcmp(device, "cuda"))
+            return fail("gdp_model_load: device cuda: %s; use cpu",
+                        gdp_built_with_cuda() ? "no CUDA GPU is visible" : "this library was built without CUDA");
+        dev = have ? DEV_CUDA : DEV_CPU;
+    } else {
+        return fail("gdp_model_load: device '%s' is not cpu, cuda or auto", device);
+    }
+    char *file = resolve_checkpoint(checkpoint);
+    if (!file) return -1;
+
+    /* The config and the tokenizer before the model, so that their errors have nothing to undo. */
+    char err[1024];
+    char *text = checkpoint_read_config(file);
+    ModelConfig cfg = model_config_default();
+    const bool cfg_ok = model_config_load_text(&cfg, text, file, err, sizeof err) &&
+                        model_config_validate(&cfg, err, sizeof err);
+    free(text);
+    if (!cfg_ok) {
+        fail("gdp_model_load: checkpoint '%s' has an unusable model config: %s", file, err);
+        free(file);
+        return -1;
+    }
+    if (cfg.num_labels > 0) {
+        fail("gdp_model_load: '%s' is a classification model (num_labels %d): it has no next-token head", file,
+             cfg.num_labels);
+        free(file);
+        return -1;
+    }
+    const char *tok_path = tokenizer ? tokenizer : cfg.tokenizer[0] ? cfg.tokenizer : NULL;
+    Tokenizer *tok = NULL;
+    if (tok_path) {
+        if (!tokenizer_load_err(tok_path, &tok, err, sizeof err)) {
+            fail("gdp_model_load: %s (give the right file as the tokenizer argument)", err);
+            free(file);
+            return -1;
+        }
+    } else if (cfg.vocab_size <= 256) {
+        tok = tokenizer_byte();
+    } else {
+        fail("gdp_model_load: '%s' records no tokenizer and its vocabulary (%d) is not bytes: give a tokenizer file",
+             file, cfg.vocab_size);
+        free(file);
+        return -1;
+    }
+    const char *problem = !tokenizer_can_encode(tok) ? "can only decode (llm.c's files hold no merges)"
+                          : tok->vocab > cfg.vocab_size ? "has more tokens than the model"
+                                                        : NULL;
+    if (problem) {
+        fail("gdp_model_load: tokenizer '%s' (%d tokens) %s (model: %d tokens)", tok_path ? tok_path : "bytes",
+             tok->vocab, problem, cfg.vocab_size);
+        tokenizer_free(tok);
+        free(file);
+        return -1;
+    }
+
+    GdpModel *gm = (GdpModel *)xcalloc(1, sizeof *gm);
+    gm->tok = tok;
+    /* Arenas for gdp generate's prefill chunk; the state path keeps the conv windows too, hence twice
+     * the tokens. A CPU step of r rows uses r tokens of activations and r conv windows of P + 1 rows,
+     * so r (P + 2) <= 2 x the chunk keeps a step of a group of rows inside the same plan. */
+    gm->ctx = train_load_model(file, dev, 1, 2 * DECODE_PREFILL_CHUNK, &gm->m, &gm->ps);
+    const int64_t P = cfg.use_short_conv && cfg.conv_size > 1 ? cfg.conv_size - 1 : 0;
+    gm->group = GDP_MAX(1, 2 * DECODE_PREFILL_CHUNK / (P + 2));
+    free(file);
+    *out = gm;
+    return 0;
+}
+
+void gdp_model_free(GdpModel *m) {
+    if (!m) return;
+    tokenizer_free(m->tok);
+    model_free(&m->m);
+    params_free_store(&m->ps);
+    ctx_destroy(m->ctx);
+    free(m);
+}
+
+int gdp_model_vocab_size(const GdpModel *m) { return m ? cfg_out_dim(&m->m.cfg) : -1; }
+int gdp_model_eot(const GdpModel *m) { return m ? m->tok->eot : -1; }
+const char *gdp_model_device(const GdpModel *m) { return m ? device_name(m->ctx->device) : NULL; }
+
+int64_t gdp_model_encode(const GdpModel *m, const char *text, size_t len, int32_t *ids, int64_t cap) {
+    if (!m || (!text && len) || cap < 0 || (cap > 0 && !ids))
+        return fail("gdp_model_encode: needs a model, text of len bytes and room for cap ids (cap 0: count only)");
+    /* tokenizer_encode needs room for len + 1 tokens plus one per special token in the text (each at
+     * least one byte): 2 len + 1 covers every case. */
+    uint32_t *buf = (uint32_t *)xmalloc((2 * len + 1) * sizeof(uint32_t));
+    const int64_t n = len ? tokenizer_encode(m->tok, (const uint8_t *)text, len, buf) : 0;
+    for (int64_t i = 0; i < n && i < cap; i++) ids[i] = (int32_t)buf[i];
+    free(buf);
+    return n;
+}
+
+const char *gdp_model_token_bytes(const GdpModel *m, int32_t id, size_t *len) {
+    if (!m || !len || id < 0 || id >= m->tok->vocab) {
+        fail("gdp_model_token_bytes: %d is not a token of the tokenizer (0 to %d)", id, m ? m->tok->vocab - 1 : -1);
+        return NULL;
+    }
+    return (const char *)tokenizer_token_bytes(m->tok, (uint32_t)id, len);
+}
+
+/* ---- batches ------------------------------------------------------------------------------------- */
+
+static bool on_cpu(const GdpBatch *b) { return b->model->ctx->device == DEV_CPU; }
+
+int gdp_batch_new(GdpModel *m, int n, const GdpSampling *s, GdpBatch **out) {
+    if (!out) return fail("gdp_batch_new: out is NULL (pass the address of a GdpBatch pointer)");
+    *out = NULL;
+    if (!m) return fail("gdp_batch_new: no model");
+    if (n < 1) return fail("gdp_batch_new: a batch of %d sequences: give at least 1", n);
+    const GdpSampling sp = s ? *s : gdp_sampling_default();
+    if (!(sp.top_p >= 0 && sp.top_p <= 1) || !(sp.repetition_penalty > 0) || sp.top_k < 0 ||
+        isnan(sp.temperature))
+        return fail("gdp_batch_new: sampling needs top_p in [0, 1], repetition_penalty > 0 (1: off), top_k >= 0 and "
+                    "a temperature that is a number (got %g, %g, %d, %g)",
+                    sp.top_p, sp.repetition_penalty, sp.top_k, sp.temperature);
+    GdpBatch *b = (GdpBatch *)xcalloc(1, sizeof *b);
+    b->model = m, b->n = n, b->s = sp;
+    b->V = cfg_out_dim(&m->m.cfg);
+    b->logits = (float *)xcalloc((size_t)(n * b->V), sizeof(float));
+    b->work = (float *)xmalloc((size_t)(GDP_MAX(m->group, 1) * b->V) * sizeof(float));
+    b->rng = (Rng *)xcalloc((size_t)n, sizeof(Rng));
+    b->hist = (int32_t **)xcalloc((size_t)n, sizeof(int32_t *));
+    b->pos = (int64_t *)xcalloc((size_t)n, sizeof(int64_t));
+    b->cap = (int64_t *)xcalloc((size_t)n, sizeof(int64_t));
+    b->ended = (bool *)xmalloc((size_t)n * sizeof(bool));
+    for (int i = 0; i < n; i++) b->ended[i] = true;
+    if (on_cpu(b)) {
+        model_state_init(&b->state, &m->m, n);
+        b->seq_of_row = (int *)xcalloc((size_t)n, sizeof(int));
+        b->row_tok = (int32_t *)xcalloc((size_t)n, sizeof(int32_t));
+    } else {
+        b->dec = (DecodeState *)xcalloc((size_t)n, sizeof(DecodeState));
+        for (int i = 0; i < n; i++) decode_init(&b->dec[i], &m->m);
+    }
+    *out = b;
+    return 0;
+}
+
+void gdp_batch_free(GdpBatch *b) {
+    if (!b) return;
+    if (b->dec)
+        for (int i = 0; i < b->n; i++) decode_free(&b->dec[i]);
+    model_state_free(&b->state);
+    for (int i = 0; i < b->n; i++) free(b->hist[i]);
+    free(b->hist), free(b->pos), free(b->cap), free(b->ended), free(b->rng);
+    free(b->logits), free(b->work), free(b->seq_of_row), free(b->row_tok), free(b->dec);
+    free(b);
+}
+
+/* Appends token t to sequence i's history. */
+static void hist_push(GdpBatch *b, int i, int32_t t) {
+    if (b->pos[i] == b->cap[i]) {
+        b->cap[i] = b->cap[i] ? 2 * b->cap[i] : 64;
+        b->hist[i] = (int32_t *)xrealloc(b->hist[i], (size_t)b->cap[i] * sizeof(int32_t));
+    }
+    b->hist[i][b->pos[i]++] = t;
+}
+
+int gdp_batch_prefill(GdpBatch *b, const int32_t *ids, const int64_t *lens) {
+    if (!b || !ids || !lens) return fail("gdp_batch_prefill: needs a batch, the prompts' tokens and their lengths");
+    const int64_t V = b->V;
+    int64_t off = 0;
+    for (int i = 0; i < b->n; i++) {
+        if (lens[i] < 1) return fail("gdp_batch_prefill: prompt %d has %lld tokens: each needs at least 1", i,
+                                     (long long)lens[i]);
+        for (int64_t t = 0; t < lens[i]; t++)
+            if (ids[off + t] < 0 || ids[off + t] >= V)
+                return fail("gdp_batch_prefill: token %d of prompt %d (position %lld) is outside the vocabulary "
+                            "[0, %lld)", ids[off + t], i, (long long)t, (long long)V);
+        off += lens[i];
+    }
+    if (on_cpu(b)) model_state_reset(&b->state);
+    off = 0;
+    for (int i = 0; i < b->n; i++) {
+        b->pos[i] = 0;
+        for (int64_t t = 0; t < lens[i]; t++) hist_push(b, i, ids[off + t]);
+        rng_seed(&b->rng[i], b->s.seed);
+        b->ended[i] = false;
+        if (on_cpu(b)) {
+            /* Each prompt alone in its row: the chunked forward needs one length for its rows. */
+            ModelState row;
+            model_state_rows(&row, &b->state, i, 1);
+            model_prefill_host(&b->model->m, &row, ids + off, lens[i], DECODE_PREFILL_CHUNK, b->logits + i * V);
+            model_state_free(&row);
+            b->seq_of_row[i] = i;
+        } else {
+            decode_reset(&b->dec[i]);
+            decode_prefill(&b->dec[i], ids + off, lens[i], b->logits + i * V);
+        }
+        off += lens[i];
+    }
+    b->live = b->n;
+    return 0;
+}
+
+int gdp_batch_sample(GdpBatch *b, int32_t *next) {
+    if (!b || !next) return fail("gdp_batch_sample: needs a batch and room for one token per sequence");
+    const SampleParams sp = {b->s.temperature, b->s.top_k, b->s.top_p, b->s.repetition_penalty};
+    const int n_tok = b->model->tok->vocab;
+    for (int i = 0; i < b->n; i++) {
+        if (b->ended[i]) {
+            next[i] = -1;
+            continue;
+        }
+        /* sample_next edits the logits it is given; the caller may still read the batch's */
+        memcpy(b->work, b->logits + i * b->V, (size_t)b->V * sizeof(float));
+        next[i] = sample_next(b->work, n_tok, &sp, b->hist[i], b->pos[i], &b->rng[i]);
+    }
+    return 0;
+}
+
+int gdp_batch_step(GdpBatch *b, const int32_t *tokens) {
+    if (!b || !tokens) return fail("gdp_batch_step: needs a batch and one token per sequence");
+    for (int i = 0; i < b->n; i++)
+        if (!b->ended[i] && tokens[i] >= b->V)
+            return fail("gdp_batch_step: token %d of sequence %d is outside the vocabulary [0, %lld) (< 0 ends it)",
+                        tokens[i], i, (long long)b->V);
+    if (!on_cpu(b)) {
+        for (int i = 0; i < b->n; i++) {
+            if (b->ended[i]) continue;
+            if (tokens[i] < 0) {
+                b->ended[i] = true, b->live--;
+                continue;
+            }
+            hist_push(b, i, tokens[i]);
+            decode_step(&b->dec[i], tokens[i], b->logits + i * b->V);
+        }
+        return b->live;
+    }
+    /* Ended sequences leave: the live rows move up, keeping their order, so that a step is one
+     * forward over rows 0..live-1. */
+    int w = 0;
+    for (int r = 0; r < b->live; r++) {
+        const int i = b->seq_of_row[r];
+        if (tokens[i] < 0) {
+            b->ended[i] = true;
+            continue;
+        }
+        if (r != w) model_state_copy_rows(&b->state, w, &b->state, r, 1);
+        b->seq_of_row[w] = i;
+        b->row_tok[w++] = tokens[i];
+        hist_push(b, i, tokens[i]);
+    }
+    b->live = w;
+    /* Groups of rows, so that a step never needs more activation memory than the load planned. */
+    for (int r0 = 0; r0 < b->live; r0 += (int)b->model->group) {
+        const int nr = (int)GDP_MIN((int64_t)b->live - r0, b->model->group);
+        ModelState rows;
+        model_state_rows(&rows, &b->state, r0, nr);
+        model_prefill_host(&b->model->m, &rows, b->row_tok + r0, 1, 1, b->work);
+        model_state_free(&rows);
+        for (int r = 0; r < nr; r++)
+            memcpy(b->logits + b->seq_of_row[r0 + r] * b->V, b->work + r * b->V, (size_t)b->V * sizeof(float));
+    }
+    return b->live;
+}
+
+const float *gdp_batch_logits(const GdpBatch *b, int i) {
+    if (!b || i < 0 || i >= b->n || b->ended[i]) return NULL;
+    return b->logits + i * b->V;
+}
+
+int64_t gdp_batch_position(const GdpBatch *b, int i) {
+    if (!b || i < 0 || i >= b->n) return -1;
+    return b->pos[i];
+}
