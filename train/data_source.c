@@ -29,24 +29,9 @@ static TrainData loader_data(Loader *l) { return (TrainData){l, ld_next, ld_rese
 /* Documents: --documents on, or by default when the data's tokenizer has an end-of-text token. */
 static void open_documents(TrainRun *r) {
     const TrainOptions *o = r->o;
-    r->docs = (TrainDocs){.eot = -1, .loss_across = o->loss_across_docs};
-    if (o->documents == 0) return;
-    int64_t eot = o->eot;
-    if (eot < 0 && o->data && !o->train_data) {
-        Tokenizer *tok = tokenizer_for_data(o->data, NULL, 0);
-        if (tok) eot = tok->eot, tokenizer_free(tok);
-    }
-    if (eot < 0) {
-        if (o->documents == 1)
-            gdp_fatal("--documents on: the data's tokenizer has no end-of-text token (or the data comes without a "
-                      "tokenizer file): give its id with --eot ID (llm.c's GPT-2 shards: 50256), or --documents off");
-        return;
-    }
-    if (eot >= r->cfg.vocab_size)
-        gdp_fatal("--eot %lld is not a token of the model's vocabulary (%d tokens): give the id of the data's "
-                  "end-of-text token", (long long)eot, r->cfg.vocab_size);
-    r->docs.eot = (int32_t)eot;
-    r->docs.max_seqs = train_docs_max_seqs(r->dev, o->batch, o->seq);
+    train_docs_open(&r->docs, o->documents, o->eot, o->loss_across_docs, o->train_data ? NULL : o->data, r->dev,
+                    o->batch, o->seq);
+    train_docs_check_vocab(&r->docs, r->cfg.vocab_size);
 }
 
 void run_open_data(TrainRun *r) {

@@ -30,6 +30,11 @@ char *train_resolve_checkpoint(const char *path, const char *flag) {
 }
 
 Ctx *train_load_model(const char *ckpt, Device dev, int64_t B, int64_t T, Model *m, ParamStore *ps) {
+    return train_load_model_docs(ckpt, dev, B, T, 0, m, ps);
+}
+
+Ctx *train_load_model_docs(const char *ckpt, Device dev, int64_t B, int64_t T, int64_t max_seqs, Model *m,
+                           ParamStore *ps) {
     char err[1024];
     char *text = checkpoint_read_config(ckpt);
     ModelConfig cfg = model_config_default();
@@ -38,6 +43,7 @@ Ctx *train_load_model(const char *ckpt, Device dev, int64_t B, int64_t T, Model 
     free(text);
     MemorySpec spec = memory_spec_default(dev, B, T);
     spec.train = false; /* forward passes only */
+    spec.max_seqs = max_seqs;
     MemoryPlan plan;
     Ctx *ctx = memory_plan_create(&cfg, &spec, 0, m, ps, &plan);
     checkpoint_load(ckpt, ps, NULL, NULL);

@@ -138,164 +138,18 @@ static void evaluate_checkpoint(const char *ckpt, Device dev, const Group *g, in
 
 /* ---- plots ---------------------------------------------------------------------------------------- */
 
-typedef struct Curve {
-    double *x, *y;
-    int n;
-} Curve;
-
-static bool read_curve(const char *tsv, Curve *c) {
-    memset(c, 0, sizeof *c);
-    FILE *f = fopen(tsv, "r");
-    if (!f) return false;
-    char line[512];
-    int cap = 0;
-    while (fgets(line, sizeof line, f)) {
-        char *end;
-        double x = strtod(line, &end);
-        if (end == line) continue; /* header */
-        double y = strtod(end, NULL);
-        if (c->n == cap) {
-            cap = cap ? 2 * cap : 512;
-            c->x = (double *)xrealloc(c->x, (size_t)cap * sizeof(double));
-            c->y = (double *)xrealloc(c->y, (size_t)cap * sizeof(double));
-        }
-        c->x[c->n] = x, c->y[c->n] = y, c->n++;
-    }
-    fclose(f);
-    return c->n > 0;
-}
-
-static void gp_quote(FILE *f, const char *s) {
-    fputc('\'', f);
-    for (; *s; s++) {
-        if (*s == '\'') fputc('\'', f);
-        fputc(*s, f);
-    }
-    fputc('\'', f);
-}
-
-static bool try_gnuplot(const char *const *tsv, const char *const *titles, int n, const char *png,
-                        const char *terminal, const char *title, int marker_x) {
-    unlink(png);
-    FILE *gp = popen("gnuplot >/dev/null 2>&1", "w");
-    if (!gp) return false;
-    fprintf(gp, "set terminal %s noenhanced size 1000,600\nset output ", terminal);
-    gp_quote(gp, png);
-    fprintf(gp, "\nset datafile separator \"\\t\"\nset grid\nset key below\nset yrange [-0.02:1.05]\nset autoscale xfix\n");
-    fprintf(gp, "set title ");
-    gp_quote(gp, title);
-    fprintf(gp, "\nset xlabel \"sequence length L\"\nset ylabel \"accuracy (first L predictions all correct)\"\n");
-    if (marker_x > 0) fprintf(gp, "set arrow from %d, graph 0 to %d, graph 1 nohead dashtype 2 lc rgb \"gray40\"\n",
-                              marker_x, marker_x);
-    fprintf(gp, "plot ");
-    for (int i = 0; i < n; i++) {
-        gp_quote(gp, tsv[i]);
-        fprintf(gp, " using 1:2 skip 1 with lines lw 2 title ");
-        gp_quote(gp, titles[i]);
-        fprintf(gp, "%s", i + 1 < n ? ", " : "\n");
-    }
-    fprintf(gp, "set output\n");
-    int st = pclose(gp);
-    struct stat sb;
-    return st == 0 && stat(png, &sb) == 0 && sb.st_size > 0;
-}
-
-static void svg_text(FILE *f, const char *s) {
-    for (; *s; s++) {
-        if (*s == '<') fputs("&lt;", f);
-        else if (*s == '>') fputs("&gt;", f);
-        else if (*s == '&') fputs("&amp;", f);
-        else fputc(*s, f);
-    }
-}
-
-static bool write_svg(const Curve *cv, const char *const *titles, int n, const char *svg, const char *title,
-                      int marker_x) {
-    static const char *colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
-                                   "#7f7f7f", "#bcbd22", "#17becf"};
-    FILE *f = fopen(svg, "w");
-    if (!f) return false;
-    /* the legend goes below the plot, one row per curve */
-    const double W = 1000, H = 610 + 18.0 * n, L = 80, R = 30, T = 50, B = 70 + 18.0 * n;
-    double x1 = 1;
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < cv[i].n; j++) x1 = fmax(x1, cv[i].x[j]);
-    const double x0 = 0, y0 = -0.02, y1 = 1.05;
-#define SX(x) (L + ((x) - x0) / (x1 - x0) * (W - L - R))
-#define SY(y) (H - B - ((y) - y0) / (y1 - y0) * (H - T - B))
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
-               "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n"
-               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-            W, H, W, H);
-    fprintf(f, "<text x=\"%.0f\" y=\"28\" text-anchor=\"middle\" font-size=\"16\">", W / 2);
-    svg_text(f, title);
-    fprintf(f, "</text>\n");
-    double xs = pow(10, floor(log10(x1 / 4)));
-    if (x1 / xs > 10) xs *= x1 / xs > 25 ? 5 : 2;
-    for (double x = 0; x <= x1 + 1e-9; x += xs)
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/><text x=\"%.1f\" y=\"%.1f\" "
-                   "text-anchor=\"middle\">%g</text>\n",
-                SX(x), T, SX(x), H - B, SX(x), H - B + 18, x);
-    for (double y = 0; y <= 1.0 + 1e-9; y += 0.2)
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/><text x=\"%.1f\" y=\"%.1f\" "
-                   "text-anchor=\"end\">%.1f</text>\n",
-                L, SY(y), W - R, SY(y), L - 6, SY(y) + 4, y);
-    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"black\"/>\n", L, T,
-            W - L - R, H - T - B);
-    if (marker_x > 0)
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#666\" stroke-dasharray=\"6,4\"/>\n",
-                SX(marker_x), T, SX(marker_x), H - B);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">sequence length L</text>\n", (L + W - R) / 2,
-            H - B + 40);
-    fprintf(f, "<text x=\"18\" y=\"%.0f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.0f)\">accuracy (first L "
-               "predictions all correct)</text>\n",
-            (T + H - B) / 2, (T + H - B) / 2);
-    for (int i = 0; i < n; i++) {
-        const char *col = colors[i % 10];
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
-        for (int j = 0; j < cv[i].n; j++) fprintf(f, "%.1f,%.1f ", SX(cv[i].x[j]), SY(cv[i].y[j]));
-        const double ly = H - B + 62 + 18.0 * i;
-        fprintf(f, "\"/>\n<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"/>"
-                   "<text x=\"%.0f\" y=\"%.0f\">",
-                L + 20, ly, L + 50, ly, col, L + 56, ly + 4);
-        svg_text(f, titles[i]);
-        fprintf(f, "</text>\n");
-    }
-    fprintf(f, "</svg>\n");
-#undef SX
-#undef SY
-    return fclose(f) == 0;
-}
-
 bool tasks_plot(const char *const *tsv, const char *const *titles, int n, const char *out_base, const char *title,
                 int marker_x, bool use_gnuplot, char *out, size_t len) {
-    if (len) out[0] = 0;
     GDP_CHECK(n >= 1 && n <= TASKS_MAX_PLOT, "tasks_plot: %d curves (use 1 to %d)", n, TASKS_MAX_PLOT);
-    Curve cv[TASKS_MAX_PLOT];
-    bool ok = true;
-    for (int i = 0; i < n; i++) {
-        ok &= read_curve(tsv[i], &cv[i]);
-        if (!ok) {
-            fprintf(stderr, "tasks: cannot read an accuracy curve from '%s'\n", tsv[i]);
-            for (int j = 0; j <= i; j++) free(cv[j].x), free(cv[j].y);
-            return false;
-        }
-    }
-    char png[1100], svg[1100];
-    snprintf(png, sizeof png, "%s.png", out_base);
-    snprintf(svg, sizeof svg, "%s.svg", out_base);
-    ok = false;
-    if (use_gnuplot && system("command -v gnuplot >/dev/null 2>&1") == 0) {
-        const char *terms[2] = {"pngcairo", "png"};
-        for (int i = 0; i < 2 && !ok; i++) ok = try_gnuplot(tsv, titles, n, png, terms[i], title, marker_x);
-        if (ok) snprintf(out, len, "%s", png);
-    }
-    if (!ok) {
-        ok = write_svg(cv, titles, n, svg, title, marker_x);
-        if (ok) snprintf(out, len, "%s", svg);
-    }
-    for (int i = 0; i < n; i++) free(cv[i].x), free(cv[i].y);
-    return ok;
+    const PlotSpec spec = {.title = title,
+                           .xlabel = "sequence length L",
+                           .ylabel = "accuracy (first L predictions all correct)",
+                           .xcol = 0,
+                           .ycol = 1,
+                           .marker_x = marker_x,
+                           .ymin = -0.02,
+                           .ymax = 1.05};
+    return plot_tsv(tsv, titles, n, out_base, &spec, use_gnuplot, out, len);
 }
 
 /* ---- the model config ----------------------------------------------------------------------------- */

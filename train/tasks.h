@@ -9,9 +9,10 @@
 #include <stdint.h>
 
 #include "kernels/gdp/gdp.h"
+#include "train/plot.h" /* PLOT_MAX_CURVES */
 
 #define TASKS_MAX_SETS 32
-#define TASKS_MAX_PLOT 32
+#define TASKS_MAX_PLOT PLOT_MAX_CURVES
 
 typedef struct TasksOptions {
     const char *group;        /* S3, S4, A5, S5, parity, ... (data/tasks.h) */

@@ -132,6 +132,21 @@ Tensor *train_batch_loss(struct Model *m, TrainDocs *docs, const int32_t *inputs
 /* Sequences a batch of B x T may hold with documents on dev, and so the memory plan's
  * (TrainDocs.max_seqs): on the cpu B*T (any batch), on cuda B * min(1 + T/64, 64). */
 int train_docs_max_seqs(Device dev, int64_t B, int64_t T);
+/* Documents as --documents, --eot and --loss-across-docs ask (documents 1 on, 0 off, -1 on when the
+ * data's tokenizer has an end-of-text token; eot < 0: the tokenizer's; data may be NULL), for batches
+ * of B x T on dev. Fatal when on is asked for and no end-of-text id is known. */
+void train_docs_open(TrainDocs *d, int documents, int64_t eot, bool loss_across, const char *data, Device dev,
+                     int64_t B, int64_t T);
+/* Fatal when the end-of-text id is not a token of a vocabulary of vocab_size. */
+void train_docs_check_vocab(const TrainDocs *d, int vocab_size);
+/* Loss by position: one forward of the batch (with documents as train_batch_loss takes them), and for
+ * each position p (0-based, counted from the start of the sequence it runs in: its row's start or,
+ * with documents, its document's start) the cross-entropy of its counted target (>= 0) added to
+ * nats[p / bucket] and the target to tokens[p / bucket] (arrays of ceil(T / bucket), added to, not
+ * cleared). The losses come from the training loss's op, a bucket of one sequence at a time.
+ * Returns the batch's summed loss (nats) over its counted targets. */
+double train_position_loss(struct Model *m, TrainDocs *docs, const int32_t *inputs, int32_t *targets, int32_t *cu,
+                           int64_t B, int64_t T, int64_t bucket, double *nats, int64_t *tokens);
 
 /* A checkpoint file, or a folder's latest checkpoint (malloc'd; fatal when neither exists). */
 char *train_resolve_checkpoint(const char *path_or_dir, const char *flag);
@@ -139,3 +154,6 @@ char *train_resolve_checkpoint(const char *path_or_dir, const char *flag);
  * decoding) and loads its parameters. Returns the context; free with model_free,
  * params_free_store, ctx_destroy. */
 Ctx *train_load_model(const char *ckpt, Device dev, int64_t B, int64_t T, struct Model *m, struct ParamStore *ps);
+/* The same, its memory planned for batches of documents (at most max_seqs sequences; 0: none). */
+Ctx *train_load_model_docs(const char *ckpt, Device dev, int64_t B, int64_t T, int64_t max_seqs, struct Model *m,
+                           struct ParamStore *ps);
