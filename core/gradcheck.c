@@ -6,6 +6,66 @@
 #include "core/op_util.h"
 #include "core/ops.h"
 
+static struct {
+    int input, calls;
+    GcFault fault;
+} gc_fault = {-1, 0, GC_FAULT_NONE};
+
+void gc_fault_set(int input, GcFault fault) { gc_fault.input = input, gc_fault.fault = fault, gc_fault.calls = 0; }
+
+int gc_fault_calls(void) { return gc_fault.calls; }
+
+const char *gc_fault_name(GcFault fault) {
+    static const char *const names[GC_FAULT_KINDS] = {"none", "NULL", "i32", "other dtype", "strided", "longer last dim"};
+    return fault >= 0 && fault < GC_FAULT_KINDS ? names[fault] : "?";
+}
+
+static Tensor *random_tensor(Ctx *ctx, DType dt, uint64_t seed, double lo, double hi, int ndim, const int64_t *shape) {
+    Rng rng;
+    rng_seed(&rng, seed);
+    Tensor tmp = {0};
+    tensor_set_shape(&tmp, ndim, shape);
+    double *vals = (double *)xmalloc((size_t)tmp.numel * sizeof(double));
+    for (int64_t i = 0; i < tmp.numel; i++) vals[i] = lo + (hi - lo) * rng_uniform(&rng);
+    Tensor *t = tensor_from_doubles(ctx, LIFE_ACT, dt, ndim, shape, vals);
+    free(vals);
+    t->requires_grad = true;
+    return t;
+}
+
+/* The bad input gc_fault asks for, in place of a random [shape] tensor of dtype dt. */
+static Tensor *faulty_tensor(Ctx *ctx, DType dt, uint64_t seed, double lo, double hi, int ndim, const int64_t *shape) {
+    int64_t s[GDP_MAX_DIMS];
+    for (int i = 0; i < ndim; i++) s[i] = shape[i];
+    switch (gc_fault.fault) {
+    case GC_FAULT_NULL: return NULL;
+    case GC_FAULT_INT: return tensor_zeros(ctx, LIFE_ACT, GDP_I32, ndim, shape);
+    case GC_FAULT_DTYPE: {
+        DType other = ctx->device == DEV_CPU ? (dt == GDP_F64 ? GDP_F32 : GDP_F64) : GDP_F64;
+        return random_tensor(ctx, other, seed, lo, hi, ndim, shape);
+    }
+    case GC_FAULT_STRIDED: {
+        s[ndim - 1] *= 2;
+        Tensor *base = random_tensor(ctx, dt, seed, lo, hi, ndim, s);
+        int64_t st[GDP_MAX_DIMS];
+        for (int i = 0; i < ndim; i++) st[i] = base->stride[i];
+        st[ndim - 1] = 2;
+        Tensor *t = tensor_view(ctx, base, ndim, shape, st, 0);
+        t->requires_grad = true;
+        return t;
+    }
+    case GC_FAULT_SHAPE: s[ndim - 1] += 1; return random_tensor(ctx, dt, seed, lo, hi, ndim, s);
+    default: return random_tensor(ctx, dt, seed, lo, hi, ndim, shape);
+    }
+}
+
+Tensor *gc_random(Ctx *ctx, DType dt, uint64_t *seed, double lo, double hi, int ndim, const int64_t *shape) {
+    uint64_t s = (*seed)++;
+    if (gc_fault.calls++ == gc_fault.input && gc_fault.fault != GC_FAULT_NONE)
+        return faulty_tensor(ctx, dt, s, lo, hi, ndim, shape);
+    return random_tensor(ctx, dt, s, lo, hi, ndim, shape);
+}
+
 double rel_l2(const double *a, const double *b, int64_t n) {
     double num = 0, den = 0;
     for (int64_t i = 0; i < n; i++) {

@@ -38,5 +38,24 @@ Tensor *gradcheck_registered_case(Ctx *ctx, DType dt, uint64_t seed, void *user)
 /* Whether gradcheck_registered_case has a case for def. */
 bool gradcheck_has_case(const OpDef *def);
 
+/* Argument-error checks: gc_random (core/op_util.h) can hand a case a bad tensor in place of its
+ * k-th random input, so that every registered op's argument checks run through its gradcheck case
+ * with no code that knows the op (tests/support/op_checks.h). A test-only switch of this process. */
+typedef enum GcFault {
+    GC_FAULT_NONE,
+    GC_FAULT_NULL,    /* NULL */
+    GC_FAULT_INT,     /* an i32 tensor of the shape */
+    GC_FAULT_DTYPE,   /* the other float dtype: f32 for f64 and back on the CPU; f64 (no CUDA dtype) on CUDA */
+    GC_FAULT_STRIDED, /* the shape as a strided view (every other element of the last dim) */
+    GC_FAULT_SHAPE,   /* the last dim one longer */
+    GC_FAULT_KINDS
+} GcFault;
+/* From now on gc_random call number `input` (0-based) returns `fault`; resets the call count.
+ * gc_fault_set(-1, GC_FAULT_NONE) only counts. */
+void gc_fault_set(int input, GcFault fault);
+/* gc_random calls since the last gc_fault_set. */
+int gc_fault_calls(void);
+const char *gc_fault_name(GcFault fault);
+
 /* ‖a − b‖ / max(‖b‖, tiny) */
 double rel_l2(const double *a, const double *b, int64_t n);

@@ -35,19 +35,6 @@ Tensor *op_new_out(Ctx *ctx, const Tensor *like, int ndim, const int64_t *shape)
     return tensor_new(ctx, LIFE_ACT, like->dtype, ndim, shape);
 }
 
-Tensor *gc_random(Ctx *ctx, DType dt, uint64_t *seed, double lo, double hi, int ndim, const int64_t *shape) {
-    Rng rng;
-    rng_seed(&rng, (*seed)++);
-    Tensor tmp = {0};
-    tensor_set_shape(&tmp, ndim, shape);
-    double *vals = (double *)xmalloc((size_t)tmp.numel * sizeof(double));
-    for (int64_t i = 0; i < tmp.numel; i++) vals[i] = lo + (hi - lo) * rng_uniform(&rng);
-    Tensor *t = tensor_from_doubles(ctx, LIFE_ACT, dt, ndim, shape, vals);
-    free(vals);
-    t->requires_grad = true;
-    return t;
-}
-
 int64_t op_broadcast_outer(const char *op, const Tensor *a, const Tensor *b) {
     char da[TENSOR_DESC_LEN], db[TENSOR_DESC_LEN];
     bool ok = b->ndim <= a->ndim;

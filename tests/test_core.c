@@ -184,29 +184,6 @@ START_TEST(tape_reuse_after_step_reset) {
 }
 END_TEST
 
-START_TEST(shape_mismatch_names_op_and_shapes) {
-    Ctx *ctx = cpu();
-    Tensor *a = tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 3));
-    Tensor *b = tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(4));
-    op_add(ctx, a, b); /* exits 1: "op 'add': cannot broadcast f64[4]@cpu over f64[2,3]@cpu" */
-}
-END_TEST
-
-START_TEST(dtype_mismatch_is_an_error) {
-    Ctx *ctx = cpu();
-    Tensor *a = tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(3));
-    Tensor *b = tensor_zeros(ctx, LIFE_ACT, GDP_F32, SHAPE(3));
-    op_add(ctx, a, b);
-}
-END_TEST
-
-START_TEST(null_input_is_an_error) {
-    Ctx *ctx = cpu();
-    Tensor *a = tensor_zeros(ctx, LIFE_ACT, GDP_F64, SHAPE(3));
-    op_add(ctx, a, NULL);
-}
-END_TEST
-
 START_TEST(transpose_view_shares_memory_and_backprops) {
     Ctx *ctx = cpu();
     Tensor *x = tensor_from_doubles(ctx, LIFE_ACT, GDP_F64, SHAPE(2, 3), (double[]){1, 2, 3, 4, 5, 6});
@@ -224,18 +201,6 @@ START_TEST(transpose_view_shares_memory_and_backprops) {
     double wantg[6] = {1, 3, 5, 2, 4, 6};
     for (int i = 0; i < 6; i++) ck_assert_double_eq(v[i], wantg[i]);
     ctx_destroy(ctx);
-}
-END_TEST
-
-START_TEST(every_registered_op_passes_gradcheck) {
-    for (int i = 0; i < gdp_op_registry_len; i++) {
-        const OpDef *def = gdp_op_registry[i];
-        if (!gradcheck_has_case(def)) continue;
-        GradcheckResult r = gradcheck_fd(gradcheck_registered_case, (void *)def, 7, 64);
-        double bound = def->gradcheck_tol > 0 ? def->gradcheck_tol : 1e-6;
-        ck_assert_msg(r.n_leaves > 0, "op %s: its gradcheck case has no leaf needing a gradient", def->name);
-        ck_assert_msg(r.worst <= bound, "op %s: gradient rel err %.3e > %.0e", def->name, r.worst, bound);
-    }
 }
 END_TEST
 
@@ -293,11 +258,7 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, fan_out_accumulates_gradients);
     tcase_add_test(tc, nodes_without_a_path_are_skipped);
     tcase_add_test(tc, tape_reuse_after_step_reset);
-    tcase_add_exit_test(tc, shape_mismatch_names_op_and_shapes, 1);
-    tcase_add_exit_test(tc, dtype_mismatch_is_an_error, 1);
-    tcase_add_exit_test(tc, null_input_is_an_error, 1);
     tcase_add_test(tc, transpose_view_shares_memory_and_backprops);
-    tcase_add_test(tc, every_registered_op_passes_gradcheck);
     tcase_add_test(tc, grad_boundary_releases_block_gradients);
     tcase_add_exit_test(tc, grad_boundary_misuse_is_an_error, 1);
     suite_add_tcase(s, tc);

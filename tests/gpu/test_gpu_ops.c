@@ -1,20 +1,31 @@
-/* Every registered op on CUDA (f32 and bf16) against the CPU float64 path, forward and backward. */
+/* Every registered op on CUDA, generated from the op registry (tests/support/op_checks.h, as the CPU's
+ * tests/test_op_checks.c): argument errors, and f32 and bf16 against the CPU float64 path, forward
+ * and backward. */
 #include "core/gradcheck.h"
 #include "core/op_util.h"
 #include "core/tape.h"
 #include "tests/gpu/gpu_test.h"
+#include "tests/support/op_checks.h"
+
+/* Each check in a fresh process (this program again, with OP_ARG_CHECK_FLAG): a CUDA context does
+ * not survive a fork. */
+GPU_TEST(every_op_rejects_bad_arguments) {
+    static OpArgCheck checks[1024];
+    int n = op_arg_checks(checks, 1024);
+    GPU_EXPECT(n <= 1024, "%d argument checks, more than the 1024 this test holds", n);
+    char why[1024];
+    for (int i = 0; i < n && i < 1024; i++)
+        GPU_EXPECT(op_arg_check_run(&checks[i], i, DEV_CUDA, "/proc/self/exe", why, sizeof why), "%s", why);
+}
 
 GPU_TEST(every_op_matches_cpu_f64) {
+    char why[512];
     for (int i = 0; i < gdp_op_registry_len; i++) {
         const OpDef *def = gdp_op_registry[i];
         if (!gradcheck_has_case(def)) continue;
         for (uint64_t seed = 1; seed <= 3; seed++) {
-            GradcheckResult r32 = gradcheck_vs_cpu(gradcheck_registered_case, (void *)def, seed, DEV_CUDA, GDP_F32);
-            GradcheckResult r16 = gradcheck_vs_cpu(gradcheck_registered_case, (void *)def, seed, DEV_CUDA, GDP_BF16);
-            GPU_EXPECT(r32.worst <= 1e-4, "%s f32 seed %llu: worst rel err %.3e", def->name, (unsigned long long)seed, r32.worst);
-            double b16 = def->bf16_tol > 0 ? def->bf16_tol : 1e-2;
-            GPU_EXPECT(r16.worst <= b16, "%s bf16 seed %llu: worst rel err %.3e > %.0e", def->name, (unsigned long long)seed,
-                       r16.worst, b16);
+            GPU_EXPECT(op_grad_check_vs_cpu(def, seed, DEV_CUDA, GDP_F32, why, sizeof why), "%s", why);
+            GPU_EXPECT(op_grad_check_vs_cpu(def, seed, DEV_CUDA, GDP_BF16, why, sizeof why), "%s", why);
         }
     }
 }
@@ -41,4 +52,7 @@ GPU_TEST(autocast_linear_matches_cpu_f64) {
     }
 }
 
-int main(void) { return gpu_test_main(); }
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], OP_ARG_CHECK_FLAG)) op_arg_check_main(argv[2], DEV_CUDA);
+    return gpu_test_run(argc, argv);
+}
