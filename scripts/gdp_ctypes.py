@@ -222,9 +222,33 @@ def _i32(a):
     return a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
 
 
-class Model:
+class _Handle:
+    """Frees the library object behind self._h once: on close(), at the end of a with block, or when
+    collected. Subclasses name the library's free function in _FREE."""
+
+    _FREE = None
+    _h = None
+
+    def close(self):
+        if self._h:
+            getattr(self._L, self._FREE)(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Model(_Handle):
     """A trained model loaded from a checkpoint (a file, or a training folder's newest valid one) with its
     tokenizer (tokenizer=None: the one the checkpoint records, else bytes). device: cpu, cuda or auto."""
+
+    _FREE = "gdp_model_free"
 
     def __init__(self, checkpoint, device="cpu", tokenizer=None, lib_path=None):
         import numpy  # here, not at the top: the op's wrappers need torch and not numpy
@@ -237,20 +261,6 @@ class Model:
         self.vocab_size = self._L.gdp_model_vocab_size(h)  # logits per sequence
         self.eot = self._L.gdp_model_eot(h)  # the tokenizer's end-of-text token, or -1
         self.device = self._L.gdp_model_device(h).decode()
-
-    def close(self):
-        if self._h:
-            self._L.gdp_model_free(self._h)
-            self._h = None
-
-    def __del__(self):
-        self.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def encode(self, text):
         """Token ids (int32 numpy array) of text (str, as UTF-8, or bytes)."""
@@ -299,29 +309,17 @@ class Model:
         return out[0] if one else out
 
 
-class Batch:
+class Batch(_Handle):
     """n sequences of a Model: prefill(prompts), then sample() and step(tokens) until every sequence has
     ended (a token < 0 given to step ends its sequence)."""
+
+    _FREE = "gdp_batch_free"
 
     def __init__(self, model, n, sampling):
         self._m, self._L, self._np, self.n, self._h = model, model._L, model._np, n, None
         h = _p()
         _checked(self._L.gdp_batch_new(model._h, n, ctypes.byref(sampling), ctypes.byref(h)), "new batch")
         self._h = h
-
-    def close(self):
-        if self._h:
-            self._L.gdp_batch_free(self._h)
-            self._h = None
-
-    def __del__(self):
-        self.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def prefill(self, prompts):
         """Starts every sequence over from its prompt (n sequences of token ids, any lengths >= 1)."""

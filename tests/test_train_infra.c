@@ -857,8 +857,8 @@ END_TEST
 START_TEST(load_negative_optim_steps_is_fatal) { load_bad(BAD_NEGATIVE_OPTIM_STEPS); }
 END_TEST
 
-/* Runs load_bad(kind) in a child with stderr captured: exit status 1 and a message with `want`. */
-static void expect_message(int kind, const char *want) {
+/* Runs fn(arg) in a child with stderr in buf; returns the wait status. */
+static int run_child(void (*fn)(void *), void *arg, char *buf, size_t len) {
     int fds[2];
     ck_assert_int_eq(pipe(fds), 0);
     fflush(stdout);
@@ -868,17 +868,26 @@ static void expect_message(int kind, const char *want) {
     if (pid == 0) {
         close(fds[0]);
         dup2(fds[1], 2);
-        load_bad(kind);
-        _exit(99);
+        fn(arg);
+        _exit(0);
     }
     close(fds[1]);
-    char buf[4096] = {0};
     size_t got = 0;
     ssize_t r;
-    while (got < sizeof buf - 1 && (r = read(fds[0], buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)r;
+    while (got < len - 1 && (r = read(fds[0], buf + got, len - 1 - got)) > 0) got += (size_t)r;
+    buf[got] = '\0';
     close(fds[0]);
     int status = 0;
     waitpid(pid, &status, 0);
+    return status;
+}
+
+static void load_bad_job(void *kind) { load_bad(*(int *)kind); }
+
+/* Runs load_bad(kind) in a child with stderr captured: exit status 1 and a message with `want`. */
+static void expect_message(int kind, const char *want) {
+    char buf[4096];
+    const int status = run_child(load_bad_job, &kind, buf, sizeof buf);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1, "case %d: status %d, stderr: %s", kind, status, buf);
     ck_assert_msg(strstr(buf, want) != NULL, "case %d: message lacks '%s': %s", kind, want, buf);
     ck_assert_msg(strstr(buf, "/tmp/gdp_infra_") != NULL, "case %d: message does not name the file: %s", kind, buf);
@@ -928,31 +937,6 @@ START_TEST(adamw_skips_nonfinite_gradient) {
     free_trained(&a);
 }
 END_TEST
-
-/* Runs fn(arg) in a child with stderr in buf; returns the wait status. */
-static int run_child(void (*fn)(void *), void *arg, char *buf, size_t len) {
-    int fds[2];
-    ck_assert_int_eq(pipe(fds), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    ck_assert(pid >= 0);
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], 2);
-        fn(arg);
-        _exit(0);
-    }
-    close(fds[1]);
-    size_t got = 0;
-    ssize_t r;
-    while (got < len - 1 && (r = read(fds[0], buf + got, len - 1 - got)) > 0) got += (size_t)r;
-    buf[got] = '\0';
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return status;
-}
 
 typedef struct SaveJob {
     const char *dir;

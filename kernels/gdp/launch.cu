@@ -116,6 +116,17 @@ static void fill_params(const GdpDesc *d, const GdpLayout &pl, void *ws, void *s
     P.sD = pl.sD;
 }
 
+/* the inputs the forward and the backward share (GdpForwardArgs and GdpBackwardArgs name them alike) */
+template <typename Args> static void set_inputs(Params &P, const Args *a) {
+    P.q = a->q;
+    P.k = a->k;
+    P.v = a->v;
+    P.beta = a->beta;
+    P.g = (const float *)a->g;
+    P.mask = (const float *)a->mask;
+    P.h0 = (const float *)a->h0;
+}
+
 /* the forward's passes as planned */
 static GdpStatus run_forward(const Launch &L, const GdpKernelPlan &plan, Params &P, bool bf16, bool forward) {
     GdpStatus s = run_tables(L, P);
@@ -138,13 +149,7 @@ template <typename IT> static GdpStatus forward_impl(const GdpDesc *d, const Gdp
     Params P;
     fill_params(d, pl, a->saved ? a->saved : ws, nullptr, P);
     if (!a->saved) P.Tsave = nullptr; /* only a saving forward keeps T (its buffer has room for it) */
-    P.q = a->q;
-    P.k = a->k;
-    P.v = a->v;
-    P.beta = a->beta;
-    P.g = (const float *)a->g;
-    P.mask = (const float *)a->mask;
-    P.h0 = (const float *)a->h0;
+    set_inputs(P, a);
     P.o = a->o;
     P.ht = (float *)a->ht;
     P.veck = d->K % 8 == 0 && aligned16(a->q) && aligned16(a->k);
@@ -171,13 +176,7 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
         fill_params(d, pl, (void *)a->saved, ws, P);
     else
         fill_params(d, pl, ws, (char *)ws + pl.bytes_saved, P);
-    P.q = a->q;
-    P.k = a->k;
-    P.v = a->v;
-    P.beta = a->beta;
-    P.g = (const float *)a->g;
-    P.mask = (const float *)a->mask;
-    P.h0 = (const float *)a->h0;
+    set_inputs(P, a);
     P.d_o = a->d_o;
     P.dht = (const float *)a->dht;
     P.dq = a->dq;
