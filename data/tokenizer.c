@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/common.h"
+#include "base/heap.h"
 #include "data/json.h"
 #include "data/text.h"
 #include "data/unicode_tables.h"
@@ -478,42 +479,17 @@ static inline bool heap_before(HeapItem x, HeapItem y) {
     return x.count > y.count || (x.count == y.count && x.key < y.key);
 }
 
-static void heap_sift_down(Heap *h, size_t i) {
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < h->n && heap_before(h->a[l], h->a[m])) m = l;
-        if (r < h->n && heap_before(h->a[r], h->a[m])) m = r;
-        if (m == i) return;
-        HeapItem tmp = h->a[i];
-        h->a[i] = h->a[m];
-        h->a[m] = tmp;
-        i = m;
-    }
-}
+GDP_DEFINE_HEAP(pair_heap, HeapItem, heap_before)
 
 static void heap_push(Heap *h, int64_t count, uint64_t key) {
     if (h->n == h->cap) {
         h->cap = h->cap ? h->cap * 2 : 1024;
         h->a = (HeapItem *)xrealloc(h->a, h->cap * sizeof(HeapItem));
     }
-    size_t i = h->n++;
-    h->a[i] = (HeapItem){count, key};
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!heap_before(h->a[i], h->a[p])) break;
-        HeapItem tmp = h->a[i];
-        h->a[i] = h->a[p];
-        h->a[p] = tmp;
-        i = p;
-    }
+    pair_heap_push(h->a, &h->n, (HeapItem){count, key});
 }
 
-static HeapItem heap_pop(Heap *h) {
-    HeapItem top = h->a[0];
-    h->a[0] = h->a[--h->n];
-    heap_sift_down(h, 0);
-    return top;
-}
+static HeapItem heap_pop(Heap *h) { return pair_heap_pop(h->a, &h->n); }
 
 /* Adjacent pairs: a hash table key -> index, and per pair its count and the chunks holding it. */
 typedef struct Pairs {
@@ -902,34 +878,11 @@ typedef struct BpeWork {
 
 static inline bool mi_less(MergeItem a, MergeItem b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
 
-static void mh_push(BpeWork *w, int32_t rank, int32_t pos) {
-    size_t i = w->hn++;
-    w->heap[i] = (MergeItem){rank, pos};
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!mi_less(w->heap[i], w->heap[p])) break;
-        MergeItem tmp = w->heap[i];
-        w->heap[i] = w->heap[p];
-        w->heap[p] = tmp;
-        i = p;
-    }
-}
+GDP_DEFINE_HEAP(merge_heap, MergeItem, mi_less)
 
-static MergeItem mh_pop(BpeWork *w) {
-    MergeItem top = w->heap[0];
-    w->heap[0] = w->heap[--w->hn];
-    for (size_t i = 0;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < w->hn && mi_less(w->heap[l], w->heap[m])) m = l;
-        if (r < w->hn && mi_less(w->heap[r], w->heap[m])) m = r;
-        if (m == i) break;
-        MergeItem tmp = w->heap[i];
-        w->heap[i] = w->heap[m];
-        w->heap[m] = tmp;
-        i = m;
-    }
-    return top;
-}
+static void mh_push(BpeWork *w, int32_t rank, int32_t pos) { merge_heap_push(w->heap, &w->hn, (MergeItem){rank, pos}); }
+
+static MergeItem mh_pop(BpeWork *w) { return merge_heap_pop(w->heap, &w->hn); }
 
 static size_t bpe_chunk(const Tokenizer *t, BpeWork *w, const uint8_t *s, size_t len, uint32_t *out) {
     if (t->ignore_merges) {

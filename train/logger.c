@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/common.h"
+#include "train/plot.h"
 
 static const char *const TSV_HEADER = "step\tloss\tlr\tgrad_norm\ttokens_per_s\tval_loss\telapsed_s\tskipped\n";
 
@@ -139,168 +140,22 @@ const char *logger_finish(Logger *lg) {
 
 /* ---- plotting ---------------------------------------------------------------------------------------- */
 
-typedef struct Series {
-    double *step, *loss, *val;
-    int n, n_val;
-} Series;
-
-static bool read_series(const char *tsv_path, Series *s) {
-    memset(s, 0, sizeof(*s));
-    FILE *f = fopen(tsv_path, "r");
+/* True when some row of the TSV has a number in column col. */
+static bool tsv_has_number(const char *path, int col) {
+    FILE *f = fopen(path, "r");
     if (!f) return false;
     char line[4096];
-    int cap = 0;
-    while (fgets(line, sizeof line, f)) {
-        double st = tsv_field(line, 0), lo = tsv_field(line, 1);
-        if (isnan(st)) continue; /* header or junk */
-        if (s->n == cap) {
-            cap = cap ? 2 * cap : 256;
-            s->step = (double *)xrealloc(s->step, (size_t)cap * sizeof(double));
-            s->loss = (double *)xrealloc(s->loss, (size_t)cap * sizeof(double));
-            s->val = (double *)xrealloc(s->val, (size_t)cap * sizeof(double));
-        }
-        s->step[s->n] = st;
-        s->loss[s->n] = lo;
-        s->val[s->n] = tsv_field(line, 5);
-        if (!isnan(s->val[s->n])) s->n_val++;
-        s->n++;
-    }
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) found = !isnan(tsv_field(line, 0)) && !isnan(tsv_field(line, col));
     fclose(f);
-    return s->n > 0;
-}
-
-static void free_series(Series *s) {
-    free(s->step);
-    free(s->loss);
-    free(s->val);
-}
-
-/* A path inside a gnuplot single-quoted string: ' is written ''. */
-static void gp_quote(FILE *f, const char *s) {
-    fputc('\'', f);
-    for (; *s; s++) {
-        if (*s == '\'') fputc('\'', f);
-        fputc(*s, f);
-    }
-    fputc('\'', f);
-}
-
-static bool gnuplot_found(void) { return system("command -v gnuplot >/dev/null 2>&1") == 0; }
-
-static bool try_gnuplot(const char *tsv, const char *png, const char *terminal, bool with_val) {
-    unlink(png);
-    FILE *gp = popen("gnuplot >/dev/null 2>&1", "w");
-    if (!gp) return false;
-    fprintf(gp, "set terminal %s size 1000,600\n", terminal);
-    fprintf(gp, "set output ");
-    gp_quote(gp, png);
-    fprintf(gp, "\nset datafile separator \"\\t\"\nset grid\nset key top right\n");
-    fprintf(gp, "set title \"gdp.c training loss\"\nset xlabel \"step\"\nset ylabel \"loss\"\n");
-    fprintf(gp, "plot ");
-    gp_quote(gp, tsv);
-    fprintf(gp, " using 1:2 skip 1 with lines lw 2 title \"train\"");
-    if (with_val) {
-        fprintf(gp, ", ");
-        gp_quote(gp, tsv);
-        fprintf(gp, " using 1:6 skip 1 with linespoints pt 7 ps 1 title \"val\"");
-    }
-    fprintf(gp, "\nset output\n");
-    int st = pclose(gp);
-    struct stat sb;
-    return st == 0 && stat(png, &sb) == 0 && sb.st_size > 0;
-}
-
-static double nice_step(double range) {
-    if (!(range > 0)) return 1;
-    double raw = range / 5, mag = pow(10, floor(log10(raw))), r = raw / mag;
-    return (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10) * mag;
-}
-
-static bool write_svg(const Series *s, const char *svg) {
-    FILE *f = fopen(svg, "w");
-    if (!f) return false;
-    const double W = 1000, H = 600, L = 80, R = 30, T = 50, B = 60;
-    double x0 = s->step[0], x1 = s->step[0], y0 = INFINITY, y1 = -INFINITY;
-    for (int i = 0; i < s->n; i++) {
-        x0 = fmin(x0, s->step[i]);
-        x1 = fmax(x1, s->step[i]);
-        double ys[2] = {s->loss[i], s->val[i]};
-        for (int k = 0; k < 2; k++)
-            if (isfinite(ys[k])) {
-                y0 = fmin(y0, ys[k]);
-                y1 = fmax(y1, ys[k]);
-            }
-    }
-    if (!isfinite(y0)) y0 = 0, y1 = 1;
-    if (x1 <= x0) x1 = x0 + 1;
-    if (y1 <= y0) y1 = y0 + 1;
-    double pad = 0.05 * (y1 - y0);
-    y0 -= pad;
-    y1 += pad;
-#define SX(x) (L + ((x) - x0) / (x1 - x0) * (W - L - R))
-#define SY(y) (H - B - ((y) - y0) / (y1 - y0) * (H - T - B))
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
-               "font-family=\"sans-serif\" font-size=\"12\">\n",
-            W, H, W, H);
-    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(f, "<text x=\"%.0f\" y=\"28\" text-anchor=\"middle\" font-size=\"16\">gdp.c training loss</text>\n", W / 2);
-    double xs = nice_step(x1 - x0), ys = nice_step(y1 - y0);
-    for (double x = ceil(x0 / xs) * xs; x <= x1 + 1e-9 * xs; x += xs)
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/><text x=\"%.1f\" y=\"%.1f\" "
-                   "text-anchor=\"middle\">%g</text>\n",
-                SX(x), T, SX(x), H - B, SX(x), H - B + 18, fabs(x) < 1e-9 * xs ? 0.0 : x);
-    for (double y = ceil(y0 / ys) * ys; y <= y1 + 1e-9 * ys; y += ys)
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/><text x=\"%.1f\" y=\"%.1f\" "
-                   "text-anchor=\"end\">%g</text>\n",
-                L, SY(y), W - R, SY(y), L - 6, SY(y) + 4, fabs(y) < 1e-9 * ys ? 0.0 : y);
-    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"black\"/>\n", L, T,
-            W - L - R, H - T - B);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">step</text>\n", (L + W - R) / 2, H - 15);
-    fprintf(f, "<text x=\"18\" y=\"%.0f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.0f)\">loss</text>\n",
-            (T + H - B) / 2, (T + H - B) / 2);
-    fprintf(f, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"");
-    for (int i = 0; i < s->n; i++)
-        if (isfinite(s->loss[i])) fprintf(f, "%.1f,%.1f ", SX(s->step[i]), SY(s->loss[i]));
-    fprintf(f, "\"/>\n");
-    for (int i = 0; i < s->n; i++)
-        if (isfinite(s->val[i]))
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#d62728\"/>\n", SX(s->step[i]), SY(s->val[i]));
-    fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#1f77b4\" stroke-width=\"2\"/><text "
-               "x=\"%.0f\" y=\"%.0f\">train</text>\n",
-            W - R - 120, T + 20, W - R - 90, T + 20, W - R - 84, T + 24);
-    if (s->n_val)
-        fprintf(f, "<circle cx=\"%.0f\" cy=\"%.0f\" r=\"4\" fill=\"#d62728\"/><text x=\"%.0f\" y=\"%.0f\">val</text>\n",
-                W - R - 105, T + 40, W - R - 84, T + 44);
-    fprintf(f, "</svg>\n");
-#undef SX
-#undef SY
-    return fclose(f) == 0;
+    return found;
 }
 
 bool logger_plot(const char *tsv_path, const char *out_dir, bool use_gnuplot, char *out, size_t len) {
-    Series s;
-    if (!read_series(tsv_path, &s)) {
-        free_series(&s);
-        if (len) out[0] = '\0';
-        return false;
-    }
-    char png[1100], svg[1100];
-    snprintf(png, sizeof png, "%s/loss.png", out_dir);
-    snprintf(svg, sizeof svg, "%s/loss.svg", out_dir);
-    bool ok = false;
-    if (use_gnuplot && gnuplot_found()) {
-        const char *terms[2] = {"pngcairo", "png"};
-        for (int i = 0; i < 2 && !ok; i++) ok = try_gnuplot(tsv_path, png, terms[i], s.n_val > 0);
-        if (ok) snprintf(out, len, "%s", png);
-    }
-    if (!ok) {
-        ok = write_svg(&s, svg);
-        if (ok)
-            snprintf(out, len, "%s", svg);
-        else
-            fprintf(stderr, "gdp: warning: could not write the loss plot '%s': %s\n", svg, strerror(errno));
-    }
-    free_series(&s);
-    return ok;
+    /* log.tsv's columns: 0 step, 1 loss, 5 val_loss */
+    const PlotCurve curves[2] = {{tsv_path, "train", 1, false}, {tsv_path, "val", 5, true}};
+    const PlotSpec spec = {.title = "gdp.c training loss", .xlabel = "step", .ylabel = "loss", .xcol = 0};
+    char base[1100];
+    snprintf(base, sizeof base, "%s/loss", out_dir);
+    return plot_curves(curves, tsv_has_number(tsv_path, 5) ? 2 : 1, base, &spec, use_gnuplot, out, len);
 }

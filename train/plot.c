@@ -28,7 +28,7 @@ static double field(const char *line, int col) {
     return end == line || (*end && *end != '\t' && *end != '\n' && *end != '\r') ? NAN : v;
 }
 
-static bool read_curve(const char *tsv, const PlotSpec *s, Curve *c) {
+static bool read_curve(const char *tsv, int xcol, int ycol, Curve *c) {
     memset(c, 0, sizeof *c);
     FILE *f = fopen(tsv, "r");
     if (!f) {
@@ -38,7 +38,7 @@ static bool read_curve(const char *tsv, const PlotSpec *s, Curve *c) {
     char line[4096];
     int cap = 0;
     while (fgets(line, sizeof line, f)) {
-        double x = field(line, s->xcol), y = field(line, s->ycol);
+        double x = field(line, xcol), y = field(line, ycol);
         if (!isfinite(x) || !isfinite(y)) continue;
         if (c->n == cap) {
             cap = cap ? 2 * cap : 256;
@@ -48,8 +48,8 @@ static bool read_curve(const char *tsv, const PlotSpec *s, Curve *c) {
         c->x[c->n] = x, c->y[c->n] = y, c->n++;
     }
     fclose(f);
-    if (c->n == 0) fprintf(stderr, "plot: '%s' has no row with numbers in columns %d and %d\n", tsv, s->xcol + 1,
-                           s->ycol + 1);
+    if (c->n == 0) fprintf(stderr, "plot: '%s' has no row with numbers in columns %d and %d\n", tsv, xcol + 1,
+                           ycol + 1);
     return c->n > 0;
 }
 
@@ -63,8 +63,7 @@ static void gp_quote(FILE *f, const char *s) {
     fputc('\'', f);
 }
 
-static bool try_gnuplot(const char *const *tsv, const char *const *titles, int n, const char *png,
-                        const char *terminal, const PlotSpec *s) {
+static bool try_gnuplot(const PlotCurve *cu, int n, const char *png, const char *terminal, const PlotSpec *s) {
     unlink(png);
     FILE *gp = popen("gnuplot >/dev/null 2>&1", "w");
     if (!gp) return false;
@@ -85,9 +84,10 @@ static bool try_gnuplot(const char *const *tsv, const char *const *titles, int n
                 s->marker_x);
     fprintf(gp, "plot ");
     for (int i = 0; i < n; i++) {
-        gp_quote(gp, tsv[i]);
-        fprintf(gp, " using %d:%d skip 1 with lines lw 2 title ", s->xcol + 1, s->ycol + 1);
-        gp_quote(gp, titles[i]);
+        gp_quote(gp, cu[i].tsv);
+        fprintf(gp, " using %d:%d skip 1 with %s title ", s->xcol + 1, cu[i].ycol + 1,
+                cu[i].points ? "points pt 7 ps 1" : "lines lw 2");
+        gp_quote(gp, cu[i].title);
         fprintf(gp, "%s", i + 1 < n ? ", " : "\n");
     }
     fprintf(gp, "set output\n");
@@ -112,7 +112,7 @@ static double nice_step(double range) {
     return (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10) * mag;
 }
 
-static bool write_svg(const Curve *cv, const char *const *titles, int n, const char *svg, const PlotSpec *s) {
+static bool write_svg(const Curve *cv, const PlotCurve *cu, int n, const char *svg, const PlotSpec *s) {
     static const char *colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
                                    "#7f7f7f", "#bcbd22", "#17becf"};
     FILE *f = fopen(svg, "w");
@@ -161,13 +161,20 @@ static bool write_svg(const Curve *cv, const char *const *titles, int n, const c
     fprintf(f, "</text>\n");
     for (int i = 0; i < n; i++) {
         const char *col = colors[i % 10];
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
-        for (int j = 0; j < cv[i].n; j++) fprintf(f, "%.1f,%.1f ", SX(cv[i].x[j]), SY(cv[i].y[j]));
         const double ly = H - B + 62 + 18.0 * i;
-        fprintf(f, "\"/>\n<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"/>"
-                   "<text x=\"%.0f\" y=\"%.0f\">",
-                L + 20, ly, L + 50, ly, col, L + 56, ly + 4);
-        svg_text(f, titles[i]);
+        if (cu[i].points) {
+            for (int j = 0; j < cv[i].n; j++)
+                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/>\n", SX(cv[i].x[j]), SY(cv[i].y[j]),
+                        col);
+            fprintf(f, "<circle cx=\"%.0f\" cy=\"%.0f\" r=\"4\" fill=\"%s\"/>", L + 35, ly, col);
+        } else {
+            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
+            for (int j = 0; j < cv[i].n; j++) fprintf(f, "%.1f,%.1f ", SX(cv[i].x[j]), SY(cv[i].y[j]));
+            fprintf(f, "\"/>\n<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"/>",
+                    L + 20, ly, L + 50, ly, col);
+        }
+        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">", L + 56, ly + 4);
+        svg_text(f, cu[i].title);
         fprintf(f, "</text>\n");
     }
     fprintf(f, "</svg>\n");
@@ -176,14 +183,14 @@ static bool write_svg(const Curve *cv, const char *const *titles, int n, const c
     return fclose(f) == 0;
 }
 
-bool plot_tsv(const char *const *tsv, const char *const *titles, int n, const char *out_base, const PlotSpec *spec,
-              bool use_gnuplot, char *out, size_t len) {
+bool plot_curves(const PlotCurve *curves, int n, const char *out_base, const PlotSpec *spec, bool use_gnuplot,
+                 char *out, size_t len) {
     if (len) out[0] = 0;
-    GDP_CHECK(n >= 1 && n <= PLOT_MAX_CURVES, "plot_tsv: %d curves (use 1 to %d)", n, PLOT_MAX_CURVES);
+    GDP_CHECK(n >= 1 && n <= PLOT_MAX_CURVES, "plot: %d curves (use 1 to %d)", n, PLOT_MAX_CURVES);
     Curve cv[PLOT_MAX_CURVES];
     int read = 0;
     bool ok = true;
-    while (ok && read < n) ok = read_curve(tsv[read], spec, &cv[read]), read++;
+    while (ok && read < n) ok = read_curve(curves[read].tsv, spec->xcol, curves[read].ycol, &cv[read]), read++;
     char png[1100], svg[1100];
     snprintf(png, sizeof png, "%s.png", out_base);
     snprintf(svg, sizeof svg, "%s.svg", out_base);
@@ -191,15 +198,23 @@ bool plot_tsv(const char *const *tsv, const char *const *titles, int n, const ch
         ok = false;
         if (use_gnuplot && system("command -v gnuplot >/dev/null 2>&1") == 0) {
             const char *terms[2] = {"pngcairo", "png"};
-            for (int i = 0; i < 2 && !ok; i++) ok = try_gnuplot(tsv, titles, n, png, terms[i], spec);
+            for (int i = 0; i < 2 && !ok; i++) ok = try_gnuplot(curves, n, png, terms[i], spec);
             if (ok) snprintf(out, len, "%s", png);
         }
         if (!ok) {
-            ok = write_svg(cv, titles, n, svg, spec);
+            ok = write_svg(cv, curves, n, svg, spec);
             if (ok) snprintf(out, len, "%s", svg);
             else fprintf(stderr, "plot: cannot write '%s': %s\n", svg, strerror(errno));
         }
     }
     for (int i = 0; i < read; i++) free(cv[i].x), free(cv[i].y);
     return ok;
+}
+
+bool plot_tsv(const char *const *tsv, const char *const *titles, int n, const char *out_base, const PlotSpec *spec,
+              bool use_gnuplot, char *out, size_t len) {
+    GDP_CHECK(n >= 1 && n <= PLOT_MAX_CURVES, "plot_tsv: %d curves (use 1 to %d)", n, PLOT_MAX_CURVES);
+    PlotCurve cu[PLOT_MAX_CURVES];
+    for (int i = 0; i < n; i++) cu[i] = (PlotCurve){tsv[i], titles[i], spec->ycol, false};
+    return plot_curves(cu, n, out_base, spec, use_gnuplot, out, len);
 }
