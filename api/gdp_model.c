@@ -1,6 +1,6 @@
 /* The model-level C API (api/gdp_model.h) over the library: the checkpoint loader of train/load.c,
- * the tokenizers of data/, the recurrent state of layers/state.h and the decoder and sampler of
- * layers/decode.h. Every argument and file is checked here first, so that a mistake of the caller
+ * the tokenizers of data/, and the batched decoder and sampler of layers/decode.h (the same code on
+ * the CPU and on CUDA). Every argument and file is checked here first, so that a mistake of the caller
  * comes back as an error instead of ending the process in the layers below. */
 #include "api/gdp_model.h"
 
@@ -23,26 +23,19 @@ struct GdpModel {
     ParamStore ps;
     Ctx *ctx;
     Tokenizer *tok;
-    int64_t group; /* rows one CPU step runs at once (what the arenas were planned for) */
 };
 
 struct GdpBatch {
     GdpModel *model;
-    int n, live;
+    int n;
     GdpSampling s;
     int64_t V;        /* logits per sequence */
     float *logits;    /* [n, V] */
-    float *work;      /* [max(group, 1), V]: a step's rows of logits, or one row being sampled */
+    float *work;      /* [V]: one row being sampled */
     Rng *rng;         /* [n] */
     int32_t **hist;   /* [n]: the tokens each sequence consumed (for the repetition penalty) */
     int64_t *pos, *cap;
-    bool *ended;
-    /* CPU: the live sequences' states in rows 0..live-1, in sequence order */
-    ModelState state;
-    int *seq_of_row;
-    int32_t *row_tok;
-    /* CUDA: one decoder per sequence */
-    DecodeState *dec;
+    DecodeBatch dec;  /* the states, on the model's device; dec.ended[i]: sequence i has ended */
 };
 
 static _Thread_local char last_error[2048];
@@ -153,11 +146,8 @@ int gdp_model_load(const char *checkpoint, const char *device, const char *token
     GdpModel *gm = (GdpModel *)xcalloc(1, sizeof *gm);
     gm->tok = tok;
     /* Arenas for gdp generate's prefill chunk; the state path keeps the conv windows too, hence twice
-     * the tokens. A CPU step of r rows uses r tokens of activations and r conv windows of P + 1 rows,
-     * so r (P + 2) <= 2 x the chunk keeps a step of a group of rows inside the same plan. */
+     * the tokens. A step runs its rows in groups that fit the same plan (decode_group_rows). */
     gm->ctx = train_load_model(file, dev, 1, 2 * DECODE_PREFILL_CHUNK, &gm->m, &gm->ps);
-    const int64_t P = cfg.use_short_conv && cfg.conv_size > 1 ? cfg.conv_size - 1 : 0;
-    gm->group = GDP_MAX(1, 2 * DECODE_PREFILL_CHUNK / (P + 2));
     free(file);
     *out = gm;
     return 0;
@@ -198,8 +188,6 @@ const char *gdp_model_token_bytes(const GdpModel *m, int32_t id, size_t *len) {
 
 /* ---- batches ------------------------------------------------------------------------------------- */
 
-static bool on_cpu(const GdpBatch *b) { return b->model->ctx->device == DEV_CPU; }
-
 int gdp_batch_new(GdpModel *m, int n, const GdpSampling *s, GdpBatch **out) {
     if (!out) return fail("gdp_batch_new: out is NULL (pass the address of a GdpBatch pointer)");
     *out = NULL;
@@ -215,33 +203,22 @@ int gdp_batch_new(GdpModel *m, int n, const GdpSampling *s, GdpBatch **out) {
     b->model = m, b->n = n, b->s = sp;
     b->V = cfg_out_dim(&m->m.cfg);
     b->logits = (float *)xcalloc((size_t)(n * b->V), sizeof(float));
-    b->work = (float *)xmalloc((size_t)(GDP_MAX(m->group, 1) * b->V) * sizeof(float));
+    b->work = (float *)xmalloc((size_t)b->V * sizeof(float));
     b->rng = (Rng *)xcalloc((size_t)n, sizeof(Rng));
     b->hist = (int32_t **)xcalloc((size_t)n, sizeof(int32_t *));
     b->pos = (int64_t *)xcalloc((size_t)n, sizeof(int64_t));
     b->cap = (int64_t *)xcalloc((size_t)n, sizeof(int64_t));
-    b->ended = (bool *)xmalloc((size_t)n * sizeof(bool));
-    for (int i = 0; i < n; i++) b->ended[i] = true;
-    if (on_cpu(b)) {
-        model_state_init(&b->state, &m->m, n);
-        b->seq_of_row = (int *)xcalloc((size_t)n, sizeof(int));
-        b->row_tok = (int32_t *)xcalloc((size_t)n, sizeof(int32_t));
-    } else {
-        b->dec = (DecodeState *)xcalloc((size_t)n, sizeof(DecodeState));
-        for (int i = 0; i < n; i++) decode_init(&b->dec[i], &m->m);
-    }
+    decode_batch_init(&b->dec, &m->m, n);
     *out = b;
     return 0;
 }
 
 void gdp_batch_free(GdpBatch *b) {
     if (!b) return;
-    if (b->dec)
-        for (int i = 0; i < b->n; i++) decode_free(&b->dec[i]);
-    model_state_free(&b->state);
+    decode_batch_free(&b->dec);
     for (int i = 0; i < b->n; i++) free(b->hist[i]);
-    free(b->hist), free(b->pos), free(b->cap), free(b->ended), free(b->rng);
-    free(b->logits), free(b->work), free(b->seq_of_row), free(b->row_tok), free(b->dec);
+    free(b->hist), free(b->pos), free(b->cap), free(b->rng);
+    free(b->logits), free(b->work);
     free(b);
 }
 
@@ -267,27 +244,14 @@ int gdp_batch_prefill(GdpBatch *b, const int32_t *ids, const int64_t *lens) {
                             "[0, %lld)", ids[off + t], i, (long long)t, (long long)V);
         off += lens[i];
     }
-    if (on_cpu(b)) model_state_reset(&b->state);
     off = 0;
     for (int i = 0; i < b->n; i++) {
         b->pos[i] = 0;
         for (int64_t t = 0; t < lens[i]; t++) hist_push(b, i, ids[off + t]);
         rng_seed(&b->rng[i], b->s.seed);
-        b->ended[i] = false;
-        if (on_cpu(b)) {
-            /* Each prompt alone in its row: the chunked forward needs one length for its rows. */
-            ModelState row;
-            model_state_rows(&row, &b->state, i, 1);
-            model_prefill_host(&b->model->m, &row, ids + off, lens[i], DECODE_PREFILL_CHUNK, b->logits + i * V);
-            model_state_free(&row);
-            b->seq_of_row[i] = i;
-        } else {
-            decode_reset(&b->dec[i]);
-            decode_prefill(&b->dec[i], ids + off, lens[i], b->logits + i * V);
-        }
         off += lens[i];
     }
-    b->live = b->n;
+    decode_batch_prefill(&b->dec, ids, lens, b->logits);
     return 0;
 }
 
@@ -296,7 +260,7 @@ int gdp_batch_sample(GdpBatch *b, int32_t *next) {
     const SampleParams sp = {b->s.temperature, b->s.top_k, b->s.top_p, b->s.repetition_penalty};
     const int n_tok = b->model->tok->vocab;
     for (int i = 0; i < b->n; i++) {
-        if (b->ended[i]) {
+        if (b->dec.ended[i]) {
             next[i] = -1;
             continue;
         }
@@ -310,51 +274,16 @@ int gdp_batch_sample(GdpBatch *b, int32_t *next) {
 int gdp_batch_step(GdpBatch *b, const int32_t *tokens) {
     if (!b || !tokens) return fail("gdp_batch_step: needs a batch and one token per sequence");
     for (int i = 0; i < b->n; i++)
-        if (!b->ended[i] && tokens[i] >= b->V)
+        if (!b->dec.ended[i] && tokens[i] >= b->V)
             return fail("gdp_batch_step: token %d of sequence %d is outside the vocabulary [0, %lld) (< 0 ends it)",
                         tokens[i], i, (long long)b->V);
-    if (!on_cpu(b)) {
-        for (int i = 0; i < b->n; i++) {
-            if (b->ended[i]) continue;
-            if (tokens[i] < 0) {
-                b->ended[i] = true, b->live--;
-                continue;
-            }
-            hist_push(b, i, tokens[i]);
-            decode_step(&b->dec[i], tokens[i], b->logits + i * b->V);
-        }
-        return b->live;
-    }
-    /* Ended sequences leave: the live rows move up, keeping their order, so that a step is one
-     * forward over rows 0..live-1. */
-    int w = 0;
-    for (int r = 0; r < b->live; r++) {
-        const int i = b->seq_of_row[r];
-        if (tokens[i] < 0) {
-            b->ended[i] = true;
-            continue;
-        }
-        if (r != w) model_state_copy_rows(&b->state, w, &b->state, r, 1);
-        b->seq_of_row[w] = i;
-        b->row_tok[w++] = tokens[i];
-        hist_push(b, i, tokens[i]);
-    }
-    b->live = w;
-    /* Groups of rows, so that a step never needs more activation memory than the load planned. */
-    for (int r0 = 0; r0 < b->live; r0 += (int)b->model->group) {
-        const int nr = (int)GDP_MIN((int64_t)b->live - r0, b->model->group);
-        ModelState rows;
-        model_state_rows(&rows, &b->state, r0, nr);
-        model_prefill_host(&b->model->m, &rows, b->row_tok + r0, 1, 1, b->work);
-        model_state_free(&rows);
-        for (int r = 0; r < nr; r++)
-            memcpy(b->logits + b->seq_of_row[r0 + r] * b->V, b->work + r * b->V, (size_t)b->V * sizeof(float));
-    }
-    return b->live;
+    for (int i = 0; i < b->n; i++)
+        if (!b->dec.ended[i] && tokens[i] >= 0) hist_push(b, i, tokens[i]);
+    return decode_batch_step(&b->dec, tokens, b->logits);
 }
 
 const float *gdp_batch_logits(const GdpBatch *b, int i) {
-    if (!b || i < 0 || i >= b->n || b->ended[i]) return NULL;
+    if (!b || i < 0 || i >= b->n || b->dec.ended[i]) return NULL;
     return b->logits + i * b->V;
 }
 

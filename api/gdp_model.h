@@ -14,10 +14,10 @@
  *     }
  *     gdp_batch_free(b);  gdp_model_free(m);
  *
- * A batch on the CPU steps its live sequences together (one forward of a row per sequence); an
- * ended sequence leaves the batch, so the others run as if it had never been there, and each
- * sequence's tokens equal those of the same prompt alone. On CUDA each sequence steps through the
- * GPU decoder of `gdp generate --device cuda` in turn.
+ * A batch steps its live sequences together (one forward of a row per sequence, on the CPU or on
+ * CUDA, where the step is replayed from a CUDA graph); an ended sequence leaves the batch, so the
+ * others run as if it had never been there, and each sequence's tokens equal those of the same
+ * prompt alone.
  *
  * Errors: a call that fails returns a negative value (or NULL), changes nothing, and leaves the
  * reason in gdp_model_last_error() (per thread). What no check up front can catch (out of memory, a

@@ -12,7 +12,7 @@ __global__ void emb_fwd_kernel(T *out, const T *w, const int32_t *ids, long long
         int id = ids[p];
         if (id < 0 || id >= v) {
             out[i] = from_f32<T>(0.f);
-            if (j == 0) atomicMin(flag, (unsigned long long)p); /* integer atomic: the first bad position */
+            if (j == 0 && flag) atomicMin(flag, (unsigned long long)p); /* integer atomic: the first bad position */
         } else {
             out[i] = w[(long long)id * c + j];
         }
@@ -67,11 +67,12 @@ extern "C" int64_t embedding_forward_cuda(DType dt, void *out, const void *weigh
     if (n == 0 || c == 0) return -1;
     cudaStream_t s = (cudaStream_t)stream;
     unsigned long long *f = (unsigned long long *)flag, host_flag = 0;
-    CUDA_CHECK(cudaMemsetAsync(f, 0xff, sizeof *f, s));
+    if (f) CUDA_CHECK(cudaMemsetAsync(f, 0xff, sizeof *f, s));
     long long total = n * c;
     DISPATCH_F32_BF16(dt, "embedding", emb_fwd_kernel<T><<<grid_for(total, 256), 256, 0, s>>>(
                                            (T *)out, (const T *)weight, ids, n, v, c, f));
     KERNEL_CHECK();
+    if (!f) return -1;
     CUDA_CHECK(cudaMemcpyAsync(&host_flag, f, sizeof host_flag, cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
     if (host_flag == ~0ULL) return -1;

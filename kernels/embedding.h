@@ -22,7 +22,9 @@ void embedding_backward_cpu(DType dt, void *dweight, const void *dout, const int
                             int64_t c, int accumulate);
 
 /* CUDA: ids live on the device. `flag` is 8 bytes of device scratch; the call synchronises the
- * stream once to read the out-of-range flag back. */
+ * stream once to read the out-of-range flag back. flag NULL: no check and no synchronisation (a
+ * stream being captured into a CUDA graph); the call returns -1 and an id out of range gives a
+ * zero row. */
 int64_t embedding_forward_cuda(DType dt, void *out, const void *weight, const int32_t *ids, int64_t n, int64_t v,
                                int64_t c, void *flag, int32_t *bad_id, void *stream);
 /* CUDA backward: a stable radix sort of (id, position) pairs (CUB), then one block per vocab row

@@ -41,10 +41,3 @@ extern "C" void matmul_cuda_ex(DType dt, MatmulCompute compute, void *cublas_han
                                                 lda, (long long)stride_a, &beta, c, tc, ldc, (long long)stride_c, nb,
                                                 ct, CUBLAS_GEMM_DEFAULT));
 }
-
-extern "C" void matmul_cuda(DType dt, void *cublas_handle, void *c, const void *a, const void *b, int64_t batch,
-                            int64_t m, int64_t n, int64_t k, int trans_a, int trans_b, int64_t stride_a,
-                            int64_t stride_b, int64_t stride_c, int accumulate) {
-    matmul_cuda_ex(dt, MATMUL_EXACT, cublas_handle, c, a, b, batch, m, n, k, trans_a, trans_b, stride_a, stride_b,
-                   stride_c, accumulate);
-}

@@ -32,9 +32,6 @@ typedef enum MatmulCompute {
 } MatmulCompute;
 
 /* cublas_handle: a cublasHandle_t (ctx->cuda->cublas), already bound to the context's stream. */
-void matmul_cuda(DType dt, void *cublas_handle, void *c, const void *a, const void *b, int64_t batch, int64_t m,
-                 int64_t n, int64_t k, int trans_a, int trans_b, int64_t stride_a, int64_t stride_b, int64_t stride_c,
-                 int accumulate);
 void matmul_cuda_ex(DType dt, MatmulCompute compute, void *cublas_handle, void *c, const void *a, const void *b,
                     int64_t batch, int64_t m, int64_t n, int64_t k, int trans_a, int trans_b, int64_t stride_a,
                     int64_t stride_b, int64_t stride_c, int accumulate);

@@ -2,8 +2,13 @@
  * GDP op's H x K x V state, for B sequences. model_forward_state runs the training forward
  * (layers/model.c, layers/gdp_layer.c) from this state and leaves it at the state after the
  * chunk's last token, so a prompt of L tokens in one call (the chunked op: a prefill) and L calls
- * of one token (decoding) give the same logits. The memory is the state's own, on the model's
- * device, outside the context's arenas; the forward's activations come from the arenas as usual. */
+ * of one token (decoding, where the op runs its per-token kernel) give the same logits, on the CPU
+ * and on CUDA alike. The memory is the state's own, on the model's device, outside the context's
+ * arenas, and never moves: a CUDA graph of a decode step holds its addresses
+ * (layers/decode_graph.h). The forward's activations come from the arenas as usual.
+ * While the stream is being captured nothing in model_forward_state synchronises it or allocates
+ * device memory (the embedding's id check, which reads a flag back, is left to the caller then),
+ * so a step of it can be captured; model_prefill_host copies ids in and logits out, synchronously. */
 #pragma once
 #include <stdint.h>
 

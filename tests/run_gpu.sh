@@ -1,5 +1,6 @@
 #!/bin/sh
-# GPU machine only: every CUDA-vs-CPU test binary, then gdp gradcheck --device cuda.
+# GPU machine only: every CUDA-vs-CPU test binary, gdp gradcheck --device cuda, and the exported model
+# in fla (tests/gpu/fla_export.sh, skipped where torch or fla is missing).
 # Without a CUDA build (no test binaries given) or without a visible GPU the tests are skipped.
 if [ $# -eq 0 ]; then
     echo "gpu tests skipped: gdp was built without CUDA (no nvcc found, or NO_CUDA=1)"
@@ -16,6 +17,8 @@ for t in "$@"; do
 done
 echo "== gdp gradcheck --device cuda"
 if "${BUILD:-build}/gdp" gradcheck --device cuda; then passed=$((passed + 1)); else failed=$((failed + 1)); failed_names="$failed_names gradcheck"; fi
+echo "== tests/gpu/fla_export.sh (the exported model in fla)"
+if BUILD=${BUILD:-build} sh tests/gpu/fla_export.sh; then passed=$((passed + 1)); else failed=$((failed + 1)); failed_names="$failed_names fla_export"; fi
 [ -n "$failed_names" ] && echo "failed:$failed_names"
 echo "gpu test programs: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

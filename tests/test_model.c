@@ -1,5 +1,6 @@
 /* The Gated DeltaProduct model and its training loop on the CPU: config files and parameter counts,
- * whole-model gradients (f64), per-token decoding against the full forward, a tiny model learning
+ * whole-model gradients (f64), the GDP op's decode step at T = 1 against its chunked path (f64),
+ * per-token decoding against the full forward, a tiny model learning
  * real text (this repository's own headers), exact resume, corrupt checkpoints, and the
  * classification head on a state-tracking task (running parity). */
 #include <glob.h>
@@ -11,6 +12,9 @@
 
 #include "base/common.h"
 #include "core/gradcheck.h"
+#include "core/ops/gdp.h"
+#include "kernels/gdp/decode.h"
+#include "kernels/sample.h"
 #include "layers/decode.h"
 #include "layers/model.h"
 #include "train/checkpoint.h"
@@ -252,6 +256,88 @@ END_TEST
 
 /* ---- decoding ------------------------------------------------------------------------------------- */
 
+/* The op at T = 1 from a state with the final state wanted: not recorded (inference) it runs the
+ * decode kernel (kernels/gdp/decode.h), recorded the chunked op (gdp_forward_cpu). In float64 the
+ * two agree to rounding (o and ht); the unrecorded one equals gdp_decode_step_cpu bit for bit, so
+ * it is the decode kernel that ran; h0 is left as it was. */
+static Tensor *uniform_f64(Ctx *ctx, Rng *rng, double lo, double hi, int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    double *x = (double *)xmalloc((size_t)n * sizeof(double));
+    for (int64_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * rng_uniform(rng);
+    Tensor *t = tensor_from_doubles(ctx, LIFE_ACT, GDP_F64, ndim, shape, x);
+    t->requires_grad = true;
+    free(x);
+    return t;
+}
+
+static void check_op_t1_decode(GdpMode mode, bool gate) {
+    Ctx *ctx = ctx_create(DEV_CPU, ctx_default_sizes());
+    const int64_t B = 3, H = 2, K = 8, V = 6, n = mode == GDP_MODE_SPLIT ? 4 : 3;
+    Rng rng;
+    rng_seed(&rng, 41 + 2 * (uint64_t)mode + (gate ? 1 : 0));
+    const char *what = mode == GDP_MODE_SPLIT ? "split" : "householder";
+    GdpOpArgs a;
+    memset(&a, 0, sizeof a);
+    a.mode = mode, a.n = (int)n;
+    a.q = uniform_f64(ctx, &rng, -1, 1, SHAPE(B, 1, H, K));
+    if (mode == GDP_MODE_SPLIT) {
+        a.k = uniform_f64(ctx, &rng, -0.5, 0.5, SHAPE(B, 1, H, K));
+        a.v = uniform_f64(ctx, &rng, -1, 1, SHAPE(B, 1, H, V));
+        a.beta = uniform_f64(ctx, &rng, 0.1, 1.5, SHAPE(B, 1, H));
+        a.mask = uniform_f64(ctx, &rng, -0.5, 1, SHAPE(H, n, n));
+    } else {
+        a.k = uniform_f64(ctx, &rng, -0.5, 0.5, SHAPE(B, 1, n, H, K));
+        a.v = uniform_f64(ctx, &rng, -1, 1, SHAPE(B, 1, n, H, V));
+        a.beta = uniform_f64(ctx, &rng, 0.1, 1.5, SHAPE(B, 1, n, H));
+    }
+    if (gate) a.g = uniform_f64(ctx, &rng, -1, 0, SHAPE(B, 1, H));
+    a.h0 = uniform_f64(ctx, &rng, -0.5, 0.5, SHAPE(B, H, K, V));
+    const int64_t no = B * H * V, ns = B * H * K * V;
+    double *h0_before = (double *)xmalloc((size_t)ns * sizeof(double));
+    memcpy(h0_before, a.h0->data, (size_t)ns * sizeof(double));
+
+    Tensor *ht_dec = NULL, *ht_ref = NULL;
+    ctx->grad_enabled = false;
+    a.ht_out = &ht_dec;
+    const Tensor *o_dec = op_gated_deltaproduct(ctx, &a);
+    ck_assert_int_eq(ctx->tape.n, 0);
+    ctx->grad_enabled = true;
+    a.ht_out = &ht_ref;
+    const Tensor *o_ref = op_gated_deltaproduct(ctx, &a);
+    ck_assert_msg(ctx->tape.n == 1, "%s: the recorded op is on the tape (it runs the chunked path)", what);
+    ctx->grad_enabled = false;
+    ck_assert_msg(memcmp(h0_before, a.h0->data, (size_t)ns * sizeof(double)) == 0, "%s: h0 was changed", what);
+    const double eo = rel_l2((const double *)o_dec->data, (const double *)o_ref->data, no);
+    const double es = rel_l2((const double *)ht_dec->data, (const double *)ht_ref->data, ns);
+    ck_assert_msg(eo < 1e-13 && es < 1e-13, "%s, gate %d: decode step vs chunked op: o rel err %.3e, ht %.3e", what,
+                  (int)gate, eo, es);
+
+    /* the kernel itself on copies of the same inputs */
+    GdpDesc d;
+    memset(&d, 0, sizeof d);
+    d.mode = mode, d.B = (int)B, d.T = 1, d.H = (int)H, d.K = (int)K, d.V = (int)V, d.n = (int)n, d.dtype = GDP_F64;
+    double *S = (double *)xmalloc((size_t)ns * sizeof(double)), *o = (double *)xmalloc((size_t)no * sizeof(double));
+    memcpy(S, h0_before, (size_t)ns * sizeof(double));
+    GdpDecodeArgs da = {S, a.q->data, a.k->data, a.v->data, a.beta->data, gate ? a.g->data : NULL,
+                        a.mask ? a.mask->data : NULL, o};
+    ck_assert_msg(gdp_decode_step_cpu(&d, &da) == GDP_OK, "gdp_decode_step_cpu: %s", gdp_last_error());
+    ck_assert_msg(memcmp(o, o_dec->data, (size_t)no * sizeof(double)) == 0 &&
+                      memcmp(S, ht_dec->data, (size_t)ns * sizeof(double)) == 0,
+                  "%s, gate %d: the unrecorded op at T = 1 is not the decode kernel's result bit for bit", what,
+                  (int)gate);
+    free(S), free(o), free(h0_before);
+    ctx_destroy(ctx);
+}
+
+START_TEST(op_t1_decode_kernel_matches_chunked_f64) {
+    for (int gate = 0; gate < 2; gate++) {
+        check_op_t1_decode(GDP_MODE_HOUSEHOLDER, gate);
+        check_op_t1_decode(GDP_MODE_SPLIT, gate);
+    }
+}
+END_TEST
+
 static void check_decode_matches_forward(ModelConfig c) {
     Ctx *ctx = ctx_create(DEV_CPU, ctx_default_sizes());
     ParamStore ps;
@@ -397,6 +483,87 @@ START_TEST(sampling) {
     }
     ck_assert_int_eq(counts[0] + counts[2] + counts[4], 0); /* top-2 keeps tokens 1 and 3 only */
     ck_assert(counts[1] > counts[3] && counts[3] > 200);
+}
+END_TEST
+
+/* sample_rows_cpu (kernels/sample.h, the CUDA sampler's reference) is sample_next with the uniform
+ * drawn by the caller and the history as a mask: the same id on every row of random batches (normal,
+ * peaked, integer-tied and signed-zero/-inf logits, padding past n_tok, histories with repeats and
+ * ids past n_tok) under every setting, and sample_next draws one uniform when temperature > 0 and
+ * none otherwise, which is what the caller of the batched samplers must do. */
+START_TEST(sample_rows_match_sample_next) {
+    static const SampleParams ps[] = {
+        {0, 0, 1, 1},      {0, 0, 1, 1.3},    {-1, 4, 0.5, 1},   {1, 0, 1, 1},     {0.7, 0, 0, 1},
+        {1, 1, 1, 1},      {0.8, 3, 1, 1},    {1.2, 40, 1, 1},   {1, 0, 0.1, 1},   {0.7, 0, 0.5, 1},
+        {1, 0, 0.9, 1},    {1, 0, 1, 1.3},    {0.9, 0, 1, 0.7},  {0.8, 5, 0.9, 1.2}, {1, 2, 0.95, 1},
+        {1.5, 400, 0.99, 2}, {1, 1, 0.3, 1},
+    };
+    enum { ROWS = 6 };
+    Rng r;
+    rng_seed(&r, 11);
+    for (int trial = 0; trial < 600; trial++) {
+        const SampleParams *p = &ps[trial % (int)GDP_ARRAY_LEN(ps)];
+        const int n = 1 + (int)rng_below(&r, trial % 7 == 0 ? 3000 : 120), v = n + (int)rng_below(&r, 4);
+        const int kind = (trial / 3) % 4;
+        float *logits = (float *)xmalloc((size_t)ROWS * v * sizeof(float));
+        float *row = (float *)xmalloc((size_t)v * sizeof(float));
+        unsigned char *seen = (unsigned char *)xcalloc((size_t)ROWS * v, 1);
+        int32_t *hist = (int32_t *)xmalloc((size_t)(2 * n + 1) * sizeof(int32_t));
+        int32_t want[ROWS], got[ROWS];
+        double u[ROWS];
+        for (int i = 0; i < ROWS; i++) {
+            float *l = logits + (size_t)i * v;
+            for (int j = 0; j < v; j++) {
+                static const float odd[5] = {-0.0f, 0.0f, -1.0f, 1.0f, -INFINITY};
+                l[j] = kind == 0 ? (float)(2 * rng_normal(&r))
+                     : kind == 1 ? (float)((int)rng_below(&r, 5) - 2)
+                     : kind == 2 ? odd[rng_below(&r, 5)]
+                                 : (float)(8 * rng_normal(&r));
+            }
+            l[rng_below(&r, (uint64_t)n)] = 0.5f; /* a finite logit in every row */
+            const int nh = (int)rng_below(&r, (uint64_t)(2 * n + 1));
+            for (int h = 0; h < nh; h++) {
+                hist[h] = (int32_t)rng_below(&r, (uint64_t)v);
+                seen[(size_t)i * v + hist[h]] = 1;
+            }
+            Rng seq, drawn;
+            rng_seed(&seq, 1000u * (uint64_t)trial + (uint64_t)i);
+            drawn = seq;
+            u[i] = p->temperature > 0 ? rng_uniform(&drawn) : 0;
+            memcpy(row, l, (size_t)v * sizeof(float));
+            want[i] = sample_next(row, n, p, hist, nh, &seq);
+            ck_assert_msg(!memcmp(&seq, &drawn, sizeof seq),
+                          "trial %d: sample_next drew %s uniforms than one per sampled token (temperature %g)", trial,
+                          p->temperature > 0 ? "other" : "more", p->temperature);
+        }
+        SampleArgs a = {logits, seen, p->temperature > 0 ? u : NULL, got, ROWS, v, n, p->temperature,
+                        p->top_k, p->top_p, p->repetition_penalty};
+        sample_rows_cpu(&a);
+        for (int i = 0; i < ROWS; i++)
+            ck_assert_msg(got[i] == want[i],
+                          "trial %d row %d (n %d, v %d, rows of kind %d, temperature %g, top_k %d, top_p %g, "
+                          "penalty %g, u %.17g): sample_rows_cpu %d, sample_next %d",
+                          trial, i, n, v, kind, p->temperature, p->top_k, p->top_p, p->repetition_penalty, u[i],
+                          got[i], want[i]);
+        free(logits), free(row), free(seen), free(hist);
+    }
+}
+END_TEST
+
+/* The batched samplers' argument checks (shared by sample_rows_cpu and sample_rows_cuda). */
+START_TEST(sample_rows_rejects_n_tok_past_v) {
+    float l[4] = {0};
+    int32_t out[1];
+    SampleArgs a = {l, NULL, NULL, out, 1, 4, 5, 0, 0, 1, 1};
+    sample_rows_cpu(&a);
+}
+END_TEST
+
+START_TEST(sample_rows_needs_u_to_sample) {
+    float l[4] = {0};
+    int32_t out[1];
+    SampleArgs a = {l, NULL, NULL, out, 1, 4, 4, 1.0, 0, 1, 1};
+    sample_rows_cpu(&a);
 }
 END_TEST
 
@@ -612,9 +779,13 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, gate_initialisation);
     tcase_add_test(tc, whole_model_gradients_f64);
     tcase_add_test(tc, recompute_gives_identical_gradients);
+    tcase_add_test(tc, op_t1_decode_kernel_matches_chunked_f64);
     tcase_add_test(tc, decode_matches_forward_both_modes);
     tcase_add_test(tc, prefill_matches_decode_both_modes);
     tcase_add_test(tc, sampling);
+    tcase_add_test(tc, sample_rows_match_sample_next);
+    tcase_add_exit_test(tc, sample_rows_rejects_n_tok_past_v, 1);
+    tcase_add_exit_test(tc, sample_rows_needs_u_to_sample, 1);
     tcase_add_test(tc, tiny_model_learns_text);
     tcase_add_test(tc, exact_resume);
     tcase_add_exit_test(tc, corrupt_checkpoint_is_an_error, 1);

@@ -1,8 +1,13 @@
 /* op_embedding: weight [V, C], ids int32 [...] -> [..., C]. An id outside [0, V) is a fatal error
- * naming it (on CUDA a device-side flag, read back once per call). Backward: a deterministic
+ * naming it (on CUDA a device-side flag, read back once per call; not while the stream is being
+ * captured into a CUDA graph, where nothing can be read back: a captured forward's ids are checked
+ * on the host by its caller, and an id out of range gives a zero row). Backward: a deterministic
  * scatter-add of dout rows into dweight (kernels/embedding.h), no float atomics. */
 #include "core/op_util.h"
 #include "kernels/embedding.h"
+#ifdef GDP_CUDA
+#include "base/cuda_check.h"
+#endif
 
 static void bad_id_fatal(const Tensor *weight, const Tensor *ids, int64_t pos, int32_t id) {
     char dw[TENSOR_DESC_LEN], di[TENSOR_DESC_LEN];
@@ -14,11 +19,13 @@ static void bad_id_fatal(const Tensor *weight, const Tensor *ids, int64_t pos, i
 
 #ifdef GDP_CUDA
 static int64_t emb_forward_cuda(Ctx *ctx, Tensor *out, const Tensor *w, const Tensor *ids, int32_t *bad_id) {
+    enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing((cudaStream_t)ctx_stream(ctx), &capture));
     size_t mark = arena_mark(&ctx->scratch);
-    void *flag = arena_alloc(&ctx->scratch, 8);
+    void *flag = capture == cudaStreamCaptureStatusNone ? arena_alloc(&ctx->scratch, 8) : NULL;
     int64_t bad = embedding_forward_cuda(w->dtype, out->data, w->data, (const int32_t *)ids->data, ids->numel,
                                          w->shape[0], w->shape[1], flag, bad_id, ctx_stream(ctx));
-    arena_rewind(&ctx->scratch, mark); /* the call synchronised the stream */
+    arena_rewind(&ctx->scratch, mark); /* with a flag the call synchronised the stream */
     return bad;
 }
 

@@ -1,8 +1,10 @@
 /* op_gated_deltaproduct: argument checks, the tape node and its backward, over the public
- * kernel API (gdp_forward_cpu / gdp_backward_cpu, gdp_forward_cuda / gdp_backward_cuda). */
+ * kernel API (gdp_forward_cpu / gdp_backward_cpu, gdp_forward_cuda / gdp_backward_cuda); an
+ * inference step of one token from a state runs the decode kernel (kernels/gdp/decode.h). */
 #include "core/ops/gdp.h"
 
 #include "core/op_util.h"
+#include "kernels/gdp/decode.h"
 #include "kernels/gdp/desc.h"
 #ifdef GDP_CUDA
 #include <cuda_runtime.h>
@@ -66,8 +68,47 @@ static void backward_cuda(Ctx *ctx, const GdpDesc *d, GdpBackwardArgs *ba, const
 }
 #endif
 
+/* One token per row from a given state with the final state wanted and nothing recorded for a
+ * backward: an inference step, which the per-token kernel of kernels/gdp/decode.h does without the
+ * chunked op's workspace or chunk-sized launches. At T = 1 the op's layouts are the decode step's
+ * (q [B,1,H,K] is [B,H,K]; householder k [B,1,n,H,K] is [B,n,H,K], v and beta alike; split k
+ * [B,1,H,K] is [B,H,K]; g [B,1,H] is [B,H]; o [B,1,H,V] is [B,H,V]; h0, ht [B,H,K,V]), so the
+ * pointers go through unchanged. The CUDA kernel is float32 only: bf16 keeps the chunked path. */
+static bool decode_step_applies(Ctx *ctx, const Node *nd, const GdpDesc *d) {
+    if (d->T != 1 || d->cu_seqlens || !nd->in[IN_H0] || nd->n_out < 2 || op_records(ctx, nd)) return false;
+    if (ctx->device == DEV_CPU) return d->dtype == GDP_F32 || d->dtype == GDP_F64;
+    return d->dtype == GDP_F32 && d->K <= GDP_DECODE_MAX_K && d->B <= 65535 && d->H <= 65535;
+}
+
+/* ht = h0, then the step updates ht in place (h0 stays as it was unless it is ht). */
+static void decode_step_forward(Ctx *ctx, Node *nd, const GdpDesc *d) {
+    const Tensor *h0 = nd->in[IN_H0];
+    Tensor *ht = nd->out[1];
+    const size_t bytes = (size_t)tensor_bytes(ht);
+    GDP_CHECK((size_t)tensor_bytes(h0) == bytes && h0->dtype == ht->dtype,
+              "op '" OPN "': internal: h0 and ht differ in size or dtype");
+    if (ht->data != h0->data) {
+        if (ctx->device == DEV_CPU)
+            memmove(ht->data, h0->data, bytes);
+        else
+            CUDA_ONLY(CUDA_CHECK(cudaMemcpyAsync(ht->data, h0->data, bytes, cudaMemcpyDeviceToDevice,
+                                                 (cudaStream_t)ctx_stream(ctx))));
+    }
+    GdpDecodeArgs a = {.S = ht->data, .q = nd->in[IN_Q]->data, .k = nd->in[IN_K]->data, .v = nd->in[IN_V]->data,
+                       .beta = nd->in[IN_BETA]->data, .g = data_or_null(nd->in[IN_G]),
+                       .mask = data_or_null(nd->in[IN_MASK]), .o = nd->out[0]->data};
+    if (ctx->device == DEV_CPU)
+        check_status(gdp_decode_step_cpu(d, &a), "CPU decode step");
+    else
+        CUDA_ONLY(check_status(gdp_decode_step_cuda(d, &a, ctx_stream(ctx)), "CUDA decode step"));
+}
+
 static void gdp_forward_node(Ctx *ctx, Node *nd) {
     GdpDesc d = node_desc(nd);
+    if (decode_step_applies(ctx, nd, &d)) {
+        decode_step_forward(ctx, nd, &d);
+        return;
+    }
     GdpForwardArgs fa = {nd->in[IN_Q]->data, nd->in[IN_K]->data, nd->in[IN_V]->data, nd->in[IN_BETA]->data,
                          data_or_null(nd->in[IN_G]), data_or_null(nd->in[IN_MASK]), data_or_null(nd->in[IN_H0]),
                          nd->out[0]->data, nd->n_out > 1 ? nd->out[1]->data : NULL, NULL, 0};

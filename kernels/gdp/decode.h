@@ -14,7 +14,8 @@
  *   g          [B,H]              [B,H]          log decay, optional (NULL: ungated)
  *   mask       -                  [H,r,r]
  *   o          [B,H,V]            [B,H,V]
- * The descriptor is the op's GdpDesc with T = 1 and no cu_seqlens. Knows no tensors.
+ * The descriptor is the op's GdpDesc with T = 1 and no cu_seqlens. Knows no tensors. The op's tape
+ * node (core/ops/gdp.c) runs it for a step from h0 to ht that is not recorded (decoding).
  * CPU: desc->dtype GDP_F32 or GDP_F64 for every array (a plain loop, the reference).
  * CUDA: float32 throughout (desc->dtype GDP_F32), device pointers, asynchronous on `stream`;
  * K at most GDP_DECODE_MAX_K, any V. One CTA per (b, h, 32-column tile of V) holds its K x 32

@@ -11,9 +11,18 @@ EX="$BUILD/examples/generate"
 cat core/*.h layers/*.h >"$TMP/text.txt"
 expect_exit 0 "checkpoint:" "train a tiny byte model" "$GDP" train --data "$TMP/text.txt" --batch 2 --seq 32 --steps 30 \
     --lr 1e-2 --out "$TMP/a"
+# The bytes of file $1 as gdp generate prints them: control bytes other than newline and tab as \xNN
+# (the example writes every byte as it is).
+as_generate_prints() {
+    od -An -v -tx1 "$1" | tr -s ' ' '\n' | LC_ALL=C awk 'NF {
+        v = 16 * (index("0123456789abcdef", substr($1, 1, 1)) - 1) + index("0123456789abcdef", substr($1, 2, 1)) - 1
+        if (v < 32 && v != 10 && v != 9) printf "\\x%s", $1; else printf "%c", v
+    }'
+}
 same() { # same WHAT CKPT PROMPT TOKENS TEMPERATURE TOP_K TOP_P SEED
     what=$1; shift
-    "$EX" "$@" >"$TMP/ex.txt" 2>"$TMP/ex.err"
+    "$EX" "$@" >"$TMP/ex.raw" 2>"$TMP/ex.err"
+    as_generate_prints "$TMP/ex.raw" >"$TMP/ex.txt"
     "$GDP" generate --checkpoint "$1" --prompt "$2" --tokens "$3" --temperature "$4" --top-k "$5" --top-p "$6" \
         --seed "$7" >"$TMP/gen.txt" 2>/dev/null
     [ -s "$TMP/gen.txt" ] && cmp -s "$TMP/ex.txt" "$TMP/gen.txt" && ok "$what: example = gdp generate ($(head -c 60 "$TMP/ex.txt" | tr '\n' ' '))" ||

@@ -1,7 +1,8 @@
 #!/bin/sh
 # shellcheck disable=SC2015 # "A && ok || bad": ok never fails
 # gdp generate's sampling and output flags on the CPU, on a tiny model trained here: --prompts gives
-# one line per prompt equal to each --prompt alone, --stream the same text, --stop and --stop-token end
+# one line per prompt equal to each prompt alone (a sampled batch of 3 whose sequences stop at different
+# steps), --stream the same text, --stop and --stop-token end
 # a continuation, --top-p near 0 is greedy, a seed repeats a sample, --repetition-penalty changes it.
 CLI_TEST="generate"
 . tests/cli_lib.sh
@@ -11,13 +12,17 @@ expect_exit 0 "checkpoint:" "train a tiny model" "$GDP" train --data "$TMP/text.
     --lr 1e-2 --out "$TMP/a"
 gen() { "$GDP" generate --checkpoint "$TMP/a" "$@" 2>/dev/null; }
 printf 'static int\nTensor *x = \n\n#include "\n' >"$TMP/prompts.txt"
-gen --prompts "$TMP/prompts.txt" --batch 2 --tokens 20 --temperature 0 >"$TMP/batch.txt"
+# sampled, with stops that end the sequences of a batch at different steps
+SAMPLE="--tokens 20 --temperature 0.9 --top-k 20 --seed 5 --stop e"
+# shellcheck disable=SC2086 # $SAMPLE is a list of flags
+gen --prompts "$TMP/prompts.txt" --batch 3 $SAMPLE >"$TMP/batch.txt"
 [ "$(wc -l <"$TMP/batch.txt")" -eq 3 ] && ok "--prompts: one line per prompt (empty lines skipped)" || bad "--prompts gave $(wc -l <"$TMP/batch.txt") lines"
 i=0
 while IFS= read -r p; do
     [ -z "$p" ] && continue
     i=$((i + 1))
-    alone=$("$GDP" generate --checkpoint "$TMP/a" --prompts /dev/stdin --tokens 20 --temperature 0 2>/dev/null <<E
+    # shellcheck disable=SC2086
+    alone=$("$GDP" generate --checkpoint "$TMP/a" --prompts /dev/stdin $SAMPLE 2>/dev/null <<E
 $p
 E
 )
@@ -48,6 +53,7 @@ s2=$(gen --prompt "static int" --tokens 30 --temperature 1 --top-p 0.9 --top-k 5
 r=$(gen --prompt "static int" --tokens 40 --temperature 0 --repetition-penalty 5)
 long=$(gen --prompt "static int" --tokens 40 --temperature 0)
 [ -n "$r" ] && [ "$r" != "$long" ] && ok "--repetition-penalty changes a greedy continuation" || bad "--repetition-penalty: '$r'"
+expect_exit 2 "use it with --batch 1" "--stream with --batch 2" "$GDP" generate --checkpoint "$TMP/a" --prompts "$TMP/prompts.txt" --batch 2 --stream
 expect_exit 2 "not both" "--prompt with --prompts" "$GDP" generate --checkpoint "$TMP/a" --prompt x --prompts "$TMP/prompts.txt"
 expect_exit 2 "--top-p" "--top-p out of range" "$GDP" generate --checkpoint "$TMP/a" --prompt x --top-p 2
 : >"$TMP/empty.txt"

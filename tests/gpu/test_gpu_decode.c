@@ -4,14 +4,20 @@
  *     of 8), V with tails past a 32-column tile, B > 1, n 1..4 (split r up to 64), gate on and off.
  *     o is filled with NaN before every step, so an element nobody wrote fails; o and S are
  *     compared after every step (rel L2, bound 1e-5);
- *   - the whole CUDA decode step (layers/decode_cuda.c through layers/decode.h) against the
- *     chunked CUDA forward (model_forward) on 72 random tokens (past one 64-token chunk) of tiny
- *     configs with random weights: householder n_h = 1, 2, 3, split r = 2 and r = 4 with a random
- *     non-identity mask, and variants without short conv / gates / tied head: the logits of every
- *     position within rel L2 1e-4, and decode_reset gives position 0 again;
+ *   - decoding through the model's one definition (model_forward_state at T = 1, where the GDP op
+ *     runs the decode kernel, replayed from a CUDA graph: layers/decode.h, layers/decode_graph.h)
+ *     against the chunked CUDA forward (model_forward) on 72 random tokens (past one 64-token
+ *     chunk) of tiny configs with random weights: householder n_h = 1, 2, 3, split r = 2 and r = 4
+ *     with a random non-identity mask, and variants without short conv / gates / tied head: the
+ *     logits of every position within rel L2 1e-4, the graph replays equal to the plain steps bit
+ *     for bit, decode_reset, a graph captured again when the acts arena has moved, a prefill then a
+ *     step;
+ *   - a batch of five sequences (DecodeBatch, what the C API runs): prompts of 1 to 300 tokens,
+ *     sequences ending after 0 to 12 steps, in one group and in groups of two rows: every logit row
+ *     against each sequence's own chunked forward (rel L2 1e-4), graphs against plain bit for bit;
  *   - the kernel's error paths.
- * `test_gpu_decode --sanitize` runs one small kernel case and one model case, for compute-sanitizer;
- * `test_gpu_decode NAME...` only the tests whose name contains one of the NAMEs. */
+ * `test_gpu_decode --sanitize` runs one small kernel case, one model case and one batch case, for
+ * compute-sanitizer; `test_gpu_decode NAME...` only the tests whose name contains one of the NAMEs. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,8 +198,65 @@ GPU_TEST(decode_kernel_error_paths) {
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-/* ---------------------------------------------------------------- the whole decode step vs the forward */
-/* Returns the number of failures; prints the worst per-position error. */
+/* ---------------------------------------------------------------- decoding through the model */
+static void random_masks(Model *m, const ModelConfig *c, Rng *rng) {
+    if (c->mode != GDP_MODE_SPLIT) return;
+    const int r = c->num_householder; /* a random, non-identity mask in every layer */
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        Tensor *mk = m->blocks[i].attn.mask;
+        float *h = (float *)xmalloc((size_t)mk->numel * sizeof(float));
+        for (int64_t j = 0; j < mk->numel; j++) {
+            int e = (int)(j % (r * r));
+            h[j] = (float)((e / r == e % r ? 1.0 : 0.0) + 0.5 * rng_normal(rng));
+        }
+        device_memcpy(mk->data, DEV_CUDA, h, DEV_CPU, (size_t)mk->numel * sizeof(float));
+        free(h);
+    }
+}
+
+/* The chunked forward of one sequence of T tokens: logits [T, out] as doubles (malloc'd); the
+ * arenas are left as they were. */
+static double *forward_logits(Model *m, const int32_t *ids, int T) {
+    Ctx *ctx = m->ctx;
+    const size_t acts = arena_mark(&ctx->acts), scratch = arena_mark(&ctx->scratch);
+    const size_t meta = arena_mark(&ctx->step_meta);
+    ctx->grad_enabled = false;
+    Tensor *ti = tensor_from_host(ctx, LIFE_ACT, GDP_I32, SHAPE(1, T), ids);
+    Tensor *logits = model_forward(m, ti);
+    double *full = (double *)xmalloc((size_t)logits->numel * sizeof(double));
+    tensor_to_doubles(logits, full); /* synchronous: the arenas may be rewound after it */
+    arena_rewind(&ctx->acts, acts), arena_rewind(&ctx->scratch, scratch), arena_rewind(&ctx->step_meta, meta);
+    return full;
+}
+
+static double rel_l2_fd(const float *a, const double *b, int n) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++) num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += b[i] * b[i];
+    return sqrt(num / (den > 0 ? den : 1e-300));
+}
+
+/* Positions at which two runs' logits [n, V] differ in any bit; the largest difference in *maxd. */
+static int bit_diffs(const float *a, const float *b, int n, int V, double *maxd) {
+    int bad = 0;
+    *maxd = 0;
+    for (int p = 0; p < n; p++) {
+        if (!memcmp(a + (int64_t)p * V, b + (int64_t)p * V, (size_t)V * sizeof(float))) continue;
+        bad++;
+        for (int v = 0; v < V; v++) {
+            double d = fabs((double)a[(int64_t)p * V + v] - b[(int64_t)p * V + v]);
+            if (!(d <= *maxd)) *maxd = d;
+        }
+    }
+    return bad;
+}
+
+/* One sequence through DecodeState (layers/decode.h): T single steps against the chunked forward
+ * of all T tokens (rel L2 1e-4 at every position), twice: with the step's CUDA graph (the first
+ * step plain, the second captured, then replays) and without, which must give the same logits bit
+ * for bit. Then, with the graph: decode_reset gives position 0 again; an activation left in the
+ * acts arena makes the step capture its graph again above it, with the same result; a prefill of
+ * T - 1 tokens (the chunked op) and a step from its state give the last two positions. Returns the
+ * number of failures. */
 static int model_case(ModelConfig c, const char *label, int T, uint64_t seed) {
     Ctx *ctx = ctx_create(DEV_CUDA, ctx_default_sizes());
     ParamStore ps;
@@ -202,77 +265,91 @@ static int model_case(ModelConfig c, const char *label, int T, uint64_t seed) {
     model_create(&m, &c, ctx, &ps, seed);
     Rng rng;
     rng_seed(&rng, seed + 100);
-    if (c.mode == GDP_MODE_SPLIT) { /* a random, non-identity mask in every layer */
-        const int r = c.num_householder;
-        for (int i = 0; i < c.num_hidden_layers; i++) {
-            Tensor *mk = m.blocks[i].attn.mask;
-            float *h = (float *)xmalloc((size_t)mk->numel * sizeof(float));
-            for (int64_t j = 0; j < mk->numel; j++) {
-                int e = (int)(j % (r * r));
-                h[j] = (float)((e / r == e % r ? 1.0 : 0.0) + 0.5 * rng_normal(&rng));
-            }
-            device_memcpy(mk->data, DEV_CUDA, h, DEV_CPU, (size_t)mk->numel * sizeof(float));
-            free(h);
-        }
-    }
+    random_masks(&m, &c, &rng);
     int32_t *ids = (int32_t *)xmalloc((size_t)T * sizeof(int32_t));
     for (int t = 0; t < T; t++) ids[t] = (int32_t)rng_below(&rng, (uint64_t)c.vocab_size);
-    ctx->grad_enabled = false;
-    Tensor *ti = tensor_from_host(ctx, LIFE_ACT, GDP_I32, SHAPE(1, T), ids);
-    Tensor *logits = model_forward(&m, ti);
-    ctx_synchronize(ctx);
+    double *full = forward_logits(&m, ids, T);
     const int V = cfg_out_dim(&c);
-    double *full = (double *)xmalloc((size_t)T * V * sizeof(double));
-    tensor_to_doubles(logits, full);
-    DecodeState st;
-    decode_init(&st, &m);
-    float *step = (float *)xmalloc((size_t)V * sizeof(float));
-    double *stepd = (double *)xmalloc((size_t)V * sizeof(double));
+    float *steps[2];
     int fails = 0;
-    double worst = 0;
-    for (int t = 0; t < T; t++) {
-        for (int v = 0; v < V; v++) step[v] = NAN;
-        decode_step(&st, ids[t], step);
-        for (int v = 0; v < V; v++) stepd[v] = step[v];
-        double e = rel_l2(stepd, full + (int64_t)t * V, V);
-        if (!(e <= worst)) worst = e;
-        if (!(e <= 1e-4)) {
-            if (fails < 3) printf("  %s: position %d: decode vs forward rel err %.3e\n", label, t, e);
+    double worst = 0, e0 = 0, er = 0, ep = 0, es = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        float *got = steps[pass] = (float *)xmalloc((size_t)T * V * sizeof(float));
+        DecodeState st;
+        decode_init(&st, &m);
+        st.graph.enabled = pass == 0;
+        for (int t = 0; t < T; t++) {
+            float *row = got + (int64_t)t * V;
+            for (int v = 0; v < V; v++) row[v] = NAN;
+            decode_step(&st, ids[t], row);
+            double e = rel_l2_fd(row, full + (int64_t)t * V, V);
+            if (!(e <= worst)) worst = e;
+            if (!(e <= 1e-4)) {
+                if (fails < 3) printf("  %s: %s: position %d: decode vs forward rel err %.3e\n", label,
+                                      pass ? "plain" : "graph", t, e);
+                fails++;
+            }
+        }
+        DecodeGraphStats gs = decode_graph_stats(&st.graph);
+        if (pass == 0 && (gs.capture_failed || gs.captures != 1 || gs.replays != T - 1 || gs.plain != 1)) {
+            printf("  %s: graph stats after %d steps: %d captures, %lld replays, %lld plain%s (want 1, %d, 1)\n",
+                   label, T, gs.captures, (long long)gs.replays, (long long)gs.plain,
+                   gs.capture_failed ? ", a capture failed" : "", T - 1);
             fails++;
         }
+        if (pass == 1 && (gs.captures != 0 || gs.replays != 0)) {
+            printf("  %s: graphs off, yet %d captures and %lld replays\n", label, gs.captures, (long long)gs.replays);
+            fails++;
+        }
+        if (pass == 0) {
+            float *row = (float *)xmalloc((size_t)V * sizeof(float));
+            decode_reset(&st);
+            decode_step(&st, ids[0], row);
+            e0 = rel_l2_fd(row, full, V);
+            /* something live in the acts arena above the graph's mark */
+            const size_t mark = arena_mark(&ctx->acts);
+            tensor_new(ctx, LIFE_ACT, GDP_F32, SHAPE(1000));
+            decode_reset(&st);
+            decode_step(&st, ids[0], row);
+            er = rel_l2_fd(row, full, V);
+            arena_rewind(&ctx->acts, mark);
+            gs = decode_graph_stats(&st.graph);
+            if (gs.captures != 2) {
+                printf("  %s: %d captures after the acts arena moved, want 2\n", label, gs.captures);
+                fails++;
+            }
+            decode_reset(&st);
+            decode_prefill(&st, ids, T - 1, row);
+            ep = rel_l2_fd(row, full + (int64_t)(T - 2) * V, V);
+            decode_step(&st, ids[T - 1], row);
+            es = rel_l2_fd(row, full + (int64_t)(T - 1) * V, V);
+            if (!(e0 <= 1e-4) || !(er <= 1e-4) || !(ep <= 1e-4) || !(es <= 1e-4)) {
+                printf("  %s: after reset %.3e, recaptured %.3e, prefill of %d %.3e, the step after it %.3e\n",
+                       label, e0, er, T - 1, ep, es);
+                fails++;
+            }
+            free(row);
+        }
+        decode_free(&st);
     }
-    /* reset gives the first position again */
-    decode_reset(&st);
-    decode_step(&st, ids[0], step);
-    for (int v = 0; v < V; v++) stepd[v] = step[v];
-    double e0 = rel_l2(stepd, full, V);
-    if (!(e0 <= 1e-4)) {
-        printf("  %s: after decode_reset, position 0 rel err %.3e\n", label, e0);
+    double maxd = 0;
+    const int diff = bit_diffs(steps[0], steps[1], T, V, &maxd);
+    if (diff) {
+        printf("  %s: graph replay vs plain step: %d of %d positions differ (max abs diff %.3e)\n", label, diff, T,
+               maxd);
         fails++;
     }
-    /* a prefill through the chunked CUDA op, then a step on the per-token path from its state */
-    decode_reset(&st);
-    decode_prefill(&st, ids, T - 1, step);
-    for (int v = 0; v < V; v++) stepd[v] = step[v];
-    double ep = rel_l2(stepd, full + (int64_t)(T - 2) * V, V);
-    decode_step(&st, ids[T - 1], step);
-    for (int v = 0; v < V; v++) stepd[v] = step[v];
-    double es = rel_l2(stepd, full + (int64_t)(T - 1) * V, V);
-    if (!(ep <= 1e-4) || !(es <= 1e-4)) {
-        printf("  %s: prefill of %d rel err %.3e, the step after it %.3e\n", label, T - 1, ep, es);
-        fails++;
-    }
-    printf("  %-34s T=%d: worst rel err over positions %.2e, after reset %.2e, prefill %.2e, then a step %.2e  %s\n",
-           label, T, worst, e0, ep, es, fails ? "FAIL" : "ok");
-    decode_free(&st);
-    free(ids), free(full), free(step), free(stepd);
+    printf("  %-34s T=%d: worst rel err %.2e, after reset %.2e, recaptured %.2e, prefill %.2e, then a step %.2e, "
+           "graph = plain bitwise: %s  %s\n",
+           label, T, worst, e0, er, ep, es, diff ? "no" : "yes", fails ? "FAIL" : "ok");
+    free(ids), free(full), free(steps[0]), free(steps[1]);
     model_free(&m);
     params_free_store(&ps);
     ctx_destroy(ctx);
     return fails;
 }
 
-GPU_TEST(decode_cuda_matches_chunked_forward) {
+GPU_TEST(decode_steps_match_chunked_forward) {
     ModelConfig c;
     model_config_preset(&c, "tiny");
     c.num_householder = 1;
@@ -298,6 +375,117 @@ GPU_TEST(decode_cuda_matches_chunked_forward) {
     GPU_EXPECT(model_case(c, "conv 2, expand_v 2, 4 heads x 16", 72, 11) == 0, "conv 2 variant");
 }
 
+/* A batch (DecodeBatch, as the C API runs it) of five sequences on CUDA: prompts of 1, 7, 65, 257
+ * (a 256-token prefill chunk, then a chunk of one token: the decode kernel inside a prefill) and
+ * 300 tokens, each continuing with its own tokens and ending after 3, 12, 0, 9 and 12 steps, so
+ * rows leave and the rest move up. Every logit row after the prefill and after each step against
+ * the chunked forward of that sequence alone (rel L2 1e-4); the run with graphs against the run
+ * without, bit for bit. `group` > 0 caps the rows of one forward, so that a step is several
+ * graphs over different rows of the state. Returns the number of failures. */
+enum { BN = 5, BSTEPS = 12 };
+static int batch_case(ModelConfig c, const char *label, int group, uint64_t seed) {
+    static const int lens[BN] = {1, 7, 65, 257, 300}, steps[BN] = {3, 12, 0, 9, 12};
+    Ctx *ctx = ctx_create(DEV_CUDA, ctx_default_sizes());
+    ParamStore ps;
+    Model m;
+    c.initializer_range = 0.2;
+    model_create(&m, &c, ctx, &ps, seed);
+    Rng rng;
+    rng_seed(&rng, seed + 100);
+    random_masks(&m, &c, &rng);
+    const int V = cfg_out_dim(&c);
+    int32_t *seq[BN], *prompts = (int32_t *)xmalloc(sizeof(int32_t) * (1 + 7 + 65 + 257 + 300));
+    int64_t lens64[BN];
+    double *full[BN];
+    int off = 0;
+    for (int i = 0; i < BN; i++) {
+        const int total = lens[i] + steps[i];
+        seq[i] = (int32_t *)xmalloc((size_t)total * sizeof(int32_t));
+        for (int t = 0; t < total; t++) seq[i][t] = (int32_t)rng_below(&rng, (uint64_t)c.vocab_size);
+        memcpy(prompts + off, seq[i], (size_t)lens[i] * sizeof(int32_t));
+        off += lens[i];
+        lens64[i] = lens[i];
+        full[i] = forward_logits(&m, seq[i], total);
+    }
+    /* rows[pass][(s * BN + i) * V]: sequence i's logits after step s (0: after the prefill) */
+    const size_t nrows = (size_t)(BSTEPS + 1) * BN;
+    float *rows[2];
+    float *logits = (float *)xmalloc((size_t)BN * V * sizeof(float));
+    int32_t tokens[BN];
+    int fails = 0;
+    double worst = 0;
+    DecodeGraphStats gs = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        rows[pass] = (float *)xcalloc(nrows * (size_t)V, sizeof(float));
+        DecodeBatch b;
+        decode_batch_init(&b, &m, BN);
+        b.graph.enabled = pass == 0;
+        if (group > 0) b.group = group; /* fewer rows than the work buffer holds */
+        for (size_t j = 0; j < (size_t)BN * V; j++) logits[j] = NAN;
+        decode_batch_prefill(&b, prompts, lens64, logits);
+        memcpy(rows[pass], logits, (size_t)BN * V * sizeof(float));
+        for (int s = 1; s <= BSTEPS; s++) {
+            int want_live = 0;
+            for (int i = 0; i < BN; i++) {
+                tokens[i] = s <= steps[i] ? seq[i][lens[i] + s - 1] : -1;
+                want_live += s <= steps[i];
+                if (s <= steps[i])
+                    for (int v = 0; v < V; v++) logits[(int64_t)i * V + v] = NAN;
+            }
+            const int live = decode_batch_step(&b, tokens, logits);
+            if (live != want_live) {
+                printf("  %s: step %d: %d live, want %d\n", label, s, live, want_live);
+                fails++;
+            }
+            for (int i = 0; i < BN; i++)
+                if (s <= steps[i])
+                    memcpy(rows[pass] + ((size_t)s * BN + i) * V, logits + (int64_t)i * V, (size_t)V * sizeof(float));
+        }
+        if (pass == 0) gs = decode_graph_stats(&b.graph);
+        decode_batch_free(&b);
+    }
+    for (int i = 0; i < BN; i++)
+        for (int s = 0; s <= steps[i]; s++) {
+            const double e = rel_l2_fd(rows[0] + ((size_t)s * BN + i) * V, full[i] + (int64_t)(lens[i] - 1 + s) * V, V);
+            if (!(e <= worst)) worst = e;
+            if (!(e <= 1e-4)) {
+                if (fails < 3) printf("  %s: sequence %d after step %d: rel err %.3e\n", label, i, s, e);
+                fails++;
+            }
+        }
+    double maxd = 0;
+    const int diff = bit_diffs(rows[0], rows[1], (int)nrows, V, &maxd);
+    if (diff) {
+        printf("  %s: graph vs plain: %d logit rows differ (max abs diff %.3e)\n", label, diff, maxd);
+        fails++;
+    }
+    if (gs.capture_failed || gs.replays == 0) {
+        printf("  %s: graphs: %d captures, %lld replays%s\n", label, gs.captures, (long long)gs.replays,
+               gs.capture_failed ? ", a capture failed" : "");
+        fails++;
+    }
+    printf("  %-34s group %d: worst rel err %.2e; graphs: %d captured, %lld replays, %lld plain steps; graph = plain "
+           "bitwise: %s  %s\n",
+           label, group, worst, gs.captures, (long long)gs.replays, (long long)gs.plain, diff ? "no" : "yes",
+           fails ? "FAIL" : "ok");
+    for (int i = 0; i < BN; i++) free(seq[i]), free(full[i]);
+    free(prompts), free(rows[0]), free(rows[1]), free(logits);
+    model_free(&m);
+    params_free_store(&ps);
+    ctx_destroy(ctx);
+    return fails;
+}
+
+GPU_TEST(decode_batch_matches_each_alone) {
+    ModelConfig c;
+    model_config_preset(&c, "tiny");
+    GPU_EXPECT(batch_case(c, "householder n_h=2", 0, 21) == 0, "householder, one group");
+    GPU_EXPECT(batch_case(c, "householder n_h=2", 2, 22) == 0, "householder, groups of 2");
+    model_config_preset(&c, "tiny");
+    c.mode = GDP_MODE_SPLIT, c.num_householder = 2;
+    GPU_EXPECT(batch_case(c, "split r=2, random mask", 2, 23) == 0, "split, groups of 2");
+}
+
 /* ---------------------------------------------------------------- small run for compute-sanitizer */
 static int sanitize_main(void) {
     double worst;
@@ -307,6 +495,8 @@ static int sanitize_main(void) {
     model_config_preset(&c, "tiny");
     c.mode = GDP_MODE_SPLIT;
     f += model_case(c, "split r=2 (sanitize)", 4, 3);
+    model_config_preset(&c, "tiny");
+    f += batch_case(c, "householder (sanitize)", 2, 4);
     printf("sanitize run: %s\n", f ? "FAILED" : "done");
     return f ? 1 : 0;
 }

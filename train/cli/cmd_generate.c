@@ -24,7 +24,7 @@ static const CliOpt gen_opts[] = {
     {"stop", 0, "TEXT", "stop a continuation where TEXT appears (TEXT not printed)"},
     {"stop-token", 0, "ID", "stop a continuation at token ID (-1 = the tokenizer's end-of-text)"},
     {"prompts", 0, "FILE", "continue every line of FILE instead of --prompt: one output line each, in order"},
-    {"batch", 'b', "N", "prompts decoded together (default 1; on the CPU a batch loops over its prompts)"},
+    {"batch", 'b', "N", "prompts decoded together, a step for all of them per token (default 1)"},
     {"stream", 0, NULL, "print each token as it comes (default: a continuation when it is done)"},
     {"seed", 's', "N", "sampling seed (default 1)"},
     {"device", 'd', "DEV", "cpu (default), cuda or auto: where the model runs and decodes"},
@@ -38,8 +38,9 @@ static const CliCommand gen_cmd = {
     "Continues a prompt with a trained model: the prompt goes through the chunked forward (a prefill) and\n"
     "hands its recurrent state and conv windows to the decoder, which carries them token by token. Prints\n"
     "the prompt and the continuation; with --prompts, one line per prompt (its continuation, newlines as\n"
-    "\\n). With --device cuda every layer of a step runs on the GPU and only the logits come back for\n"
-    "sampling on the host.",
+    "\\n). With --batch N, N prompts at a time are decoded together: each keeps its own state and\n"
+    "generator, so its continuation is the one it gets alone. With --device cuda every layer of a step\n"
+    "runs on the GPU (a step replays a captured CUDA graph) and only the logits come back for sampling.",
     gen_opts, (int)GDP_ARRAY_LEN(gen_opts)};
 
 typedef struct GenArgs {
@@ -127,6 +128,11 @@ typedef struct GenRun {
     int stop_token; /* -2: none */
 } GenRun;
 
+typedef struct GenTotals {
+    int64_t made, prompt_tokens;
+    double prefill_s, decode_s;
+} GenTotals;
+
 /* Writes out[from, to): escaped as one line with --prompts, else as print_bytes does. */
 static void emit(const GenRun *g, const ByteBuf *out, size_t from, size_t to) {
     for (size_t i = from; i < to; i++) {
@@ -137,55 +143,103 @@ static void emit(const GenRun *g, const ByteBuf *out, size_t from, size_t to) {
     fflush(stdout);
 }
 
-/* Prefill, then sample until --tokens, the stop token or the stop string. Returns tokens made. */
-static int64_t generate_one(const GenRun *g, const char *prompt, size_t plen, int64_t *prompt_tokens) {
-    const GenArgs *a = g->a;
-    const int V = g->m->cfg.vocab_size;
-    uint32_t *ptoks = (uint32_t *)xmalloc((plen + 1) * sizeof(uint32_t));
-    int64_t np = tokenizer_encode(g->tok, (const uint8_t *)prompt, plen, ptoks);
-    GDP_CHECK(np > 0, "generate: the prompt '%.40s' encodes to no tokens", prompt);
-    int32_t *hist = (int32_t *)xmalloc((size_t)(np + a->tokens + 1) * sizeof(int32_t));
-    for (int64_t i = 0; i < np; i++) hist[i] = (int32_t)ptoks[i];
-    free(ptoks);
-    float *logits = (float *)xmalloc((size_t)V * sizeof(float));
-    DecodeState st;
-    decode_init(&st, g->m);
+/* One continuation of a group: its tokens (prompt first), its text, and whether it has ended. */
+typedef struct Seq {
+    int32_t *hist;
+    int64_t np, made;
+    ByteBuf out;
+    size_t shown;
     Rng rng;
-    rng_seed(&rng, a->seed);
-    SampleParams sp = {a->temperature, a->top_k, a->top_p, a->rep_penalty};
-    if (!a->prompts) print_bytes((const uint8_t *)prompt, plen), fflush(stdout);
-    decode_prefill(&st, hist, np, logits);
-    ByteBuf out = {0};
-    size_t shown = 0, keep = a->stop ? strlen(a->stop) - 1 : 0; /* bytes held back: a stop string may straddle tokens */
-    int64_t made = 0;
-    bool stopped = false;
-    for (int64_t i = 0; i < a->tokens && !stopped; i++) {
-        int next = sample_next(logits, g->tok->vocab, &sp, hist, np + made, &rng);
-        if (next == g->stop_token) break;
-        hist[np + made++] = next;
-        size_t len = 0;
-        const uint8_t *b = tokenizer_token_bytes(g->tok, (uint32_t)next, &len);
-        bytebuf_append(&out, b, len);
-        if (a->stop) {
-            const size_t from = out.len > len + keep ? out.len - len - keep : 0;
-            const uint8_t *hit = memmem(out.data + from, out.len - from, a->stop, keep + 1);
-            if (hit) out.len = (size_t)(hit - out.data), stopped = true;
-        }
-        if (a->stream && out.len > shown + (stopped ? 0 : keep)) {
-            size_t to = stopped ? out.len : out.len - keep;
-            emit(g, &out, shown, to);
-            shown = to;
-        }
-        if (!stopped && i + 1 < a->tokens) decode_step(&st, next, logits);
+    bool done;
+} Seq;
+
+/* Appends token t to s's continuation; true when the stop string has now appeared (the text is cut
+ * before it). keep = strlen(stop) - 1: the bytes held back from streaming, since a stop string may
+ * straddle tokens. */
+static bool seq_append(const GenRun *g, Seq *s, int t, size_t keep) {
+    s->hist[s->np + s->made++] = t;
+    size_t len = 0;
+    const uint8_t *b = tokenizer_token_bytes(g->tok, (uint32_t)t, &len);
+    bytebuf_append(&s->out, b, len);
+    if (!g->a->stop) return false;
+    const size_t from = s->out.len > len + keep ? s->out.len - len - keep : 0;
+    const uint8_t *hit = memmem(s->out.data + from, s->out.len - from, g->a->stop, keep + 1);
+    if (hit) s->out.len = (size_t)(hit - s->out.data);
+    return hit != NULL;
+}
+
+/* Prompts [first, first + n) decoded together: each prompt's prefill, then a step of every live
+ * sequence per token, each sampled from its own logits with its own generator (seeded alike, so a
+ * prompt's continuation does not depend on the batch it is in), until --tokens, the stop token or
+ * the stop string. Prints each continuation when the group is done (or streams, one prompt alone).
+ * Adds the tokens made and the prefill and decode seconds to the totals. */
+static void generate_group(const GenRun *g, const Prompts *p, int first, int n, GenTotals *tot) {
+    const GenArgs *a = g->a;
+    const int64_t V = cfg_out_dim(&g->m->cfg);
+    const size_t keep = a->stop ? strlen(a->stop) - 1 : 0;
+    const SampleParams sp = {a->temperature, a->top_k, a->top_p, a->rep_penalty};
+    Seq *sq = (Seq *)xcalloc((size_t)n, sizeof(Seq));
+    int64_t *lens = (int64_t *)xmalloc((size_t)n * sizeof(int64_t)), total = 0;
+    for (int i = 0; i < n; i++) {
+        const char *text = p->text[first + i];
+        const size_t plen = p->len[first + i];
+        uint32_t *ptoks = (uint32_t *)xmalloc((plen + 1) * sizeof(uint32_t));
+        const int64_t np = tokenizer_encode(g->tok, (const uint8_t *)text, plen, ptoks);
+        GDP_CHECK(np > 0, "generate: the prompt '%.40s' encodes to no tokens", text);
+        sq[i].hist = (int32_t *)xmalloc((size_t)(np + a->tokens + 1) * sizeof(int32_t));
+        for (int64_t t = 0; t < np; t++) sq[i].hist[t] = (int32_t)ptoks[t];
+        free(ptoks);
+        sq[i].np = lens[i] = np, total += np;
+        rng_seed(&sq[i].rng, a->seed);
+        sq[i].done = a->tokens == 0;
     }
-    emit(g, &out, shown, out.len);
-    printf("\n");
+    int32_t *ids = (int32_t *)xmalloc((size_t)total * sizeof(int32_t)), *next = (int32_t *)xmalloc((size_t)n * sizeof(int32_t));
+    for (int i = 0, off = 0; i < n; off += (int)sq[i].np, i++) memcpy(ids + off, sq[i].hist, (size_t)sq[i].np * sizeof(int32_t));
+    float *logits = (float *)xmalloc((size_t)(n * V) * sizeof(float)), *work = (float *)xmalloc((size_t)V * sizeof(float));
+    if (!a->prompts) print_bytes((const uint8_t *)p->text[first], p->len[first]), fflush(stdout);
+
+    DecodeBatch b;
+    decode_batch_init(&b, g->m, n);
+    double t = gdp_now_seconds();
+    decode_batch_prefill(&b, ids, lens, logits);
+    device_synchronize(g->m->ctx->device);
+    tot->prefill_s += gdp_now_seconds() - t, tot->prompt_tokens += total;
+    t = gdp_now_seconds();
+    for (int live = n; live > 0;) {
+        for (int i = 0; i < n; i++) {
+            Seq *s = &sq[i];
+            next[i] = -1;
+            if (s->done) continue;
+            memcpy(work, logits + i * V, (size_t)V * sizeof(float)); /* sample_next edits what it is given */
+            const int tok = sample_next(work, g->tok->vocab, &sp, s->hist, s->np + s->made, &s->rng);
+            if (tok == g->stop_token) {
+                s->done = true;
+                continue;
+            }
+            const bool stopped = seq_append(g, s, tok, keep);
+            s->done = stopped || s->made == a->tokens;
+            if (a->stream && s->out.len > s->shown + (stopped ? 0 : keep)) {
+                const size_t to = stopped ? s->out.len : s->out.len - keep;
+                emit(g, &s->out, s->shown, to);
+                s->shown = to;
+            }
+            if (!s->done) next[i] = tok; /* the last token needs no step */
+        }
+        live = 0;
+        for (int i = 0; i < n; i++) live += next[i] >= 0;
+        if (live > 0) decode_batch_step(&b, next, logits);
+    }
+    tot->decode_s += gdp_now_seconds() - t;
+    for (int i = 0; i < n; i++) {
+        emit(g, &sq[i].out, sq[i].shown, sq[i].out.len);
+        printf("\n");
+        tot->made += sq[i].made;
+        bytebuf_free(&sq[i].out);
+        free(sq[i].hist);
+    }
     fflush(stdout);
-    *prompt_tokens += np;
-    bytebuf_free(&out);
-    decode_free(&st);
-    free(logits), free(hist);
-    return made;
+    decode_batch_free(&b);
+    free(sq), free(lens), free(ids), free(next), free(logits), free(work);
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -197,6 +251,8 @@ int cmd_generate(int argc, char **argv) {
         cli_usage_error(&gen_cmd, "--prompt TEXT or --prompts FILE is required (a prompt must not be empty)");
     if (a.prompts && a.prompt) cli_usage_error(&gen_cmd, "give --prompt or --prompts, not both");
     if (a.stop && !a.stop[0]) cli_usage_error(&gen_cmd, "--stop must not be empty");
+    if (a.stream && a.batch > 1)
+        cli_usage_error(&gen_cmd, "--stream prints one continuation as it comes: use it with --batch 1");
     Device dev = device_parse(a.device, "--device");
     char *ckpt = train_resolve_checkpoint(a.checkpoint, "--checkpoint");
 
@@ -232,14 +288,16 @@ int cmd_generate(int argc, char **argv) {
               "generate: --stop-token %d is not a token of the model%s", a.stop_token,
               a.stop_token < 0 ? " (the tokenizer has no end-of-text token: give its id)" : "");
     GenRun g = {&m, tok, &a, stop_token};
-    double t0 = gdp_now_seconds();
-    int64_t made = 0, prompt_tokens = 0;
-    /* On the CPU a batch is its prompts one after another (each with its own state), in order. */
-    for (int i = 0; i < ps_in.n; i++) made += generate_one(&g, ps_in.text[i], ps_in.len[i], &prompt_tokens);
-    double dt = gdp_now_seconds() - t0;
+    GenTotals tot = {0};
+    for (int i = 0; i < ps_in.n; i += a.batch) generate_group(&g, &ps_in, i, GDP_MIN(a.batch, ps_in.n - i), &tot);
+    const double dt = tot.prefill_s + tot.decode_s;
     fflush(stdout); /* the sample ends before the stats line when both streams go to one file */
-    fprintf(stderr, "generated %lld tokens after a %lld-token prompt in %.2f s (%.1f tokens/s, %s)\n",
-            (long long)made, (long long)prompt_tokens, dt, dt > 0 ? made / dt : 0.0, device_name(dev));
+    fprintf(stderr,
+            "generated %lld tokens after a %lld-token prompt in %.2f s (%.1f tokens/s, %s); prefill %.3f s (%.0f "
+            "tokens/s), decode %.3f s (%.1f tokens/s)\n",
+            (long long)tot.made, (long long)tot.prompt_tokens, dt, dt > 0 ? tot.made / dt : 0.0, device_name(dev),
+            tot.prefill_s, tot.prefill_s > 0 ? tot.prompt_tokens / tot.prefill_s : 0.0, tot.decode_s,
+            tot.decode_s > 0 ? tot.made / tot.decode_s : 0.0);
     for (int i = 0; i < ps_in.n; i++) free(ps_in.text[i]);
     free(ps_in.text), free(ps_in.len), free(ckpt);
     tokenizer_free(tok);
