@@ -99,6 +99,23 @@ void device_memcpy(void *dst, Device dst_dev, const void *src, Device src_dev, s
 #endif
 }
 
+void device_copy_rows(Device dev, void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t row_bytes,
+                      size_t rows, void *stream) {
+    if (rows == 0 || row_bytes == 0) return;
+    if (dev == DEV_CPU) {
+        for (size_t r = 0; r < rows; r++)
+            memmove((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, row_bytes);
+        return;
+    }
+#ifdef GDP_CUDA
+    CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice,
+                                 (cudaStream_t)stream));
+#else
+    (void)stream;
+    gdp_fatal("device_copy_rows on cuda: this build has no CUDA support");
+#endif
+}
+
 void device_memset(Device dev, void *p, int byte, size_t bytes) {
     if (bytes == 0) return;
     if (dev == DEV_CPU) {

@@ -24,6 +24,11 @@ void *device_try_malloc(Device dev, size_t bytes);
 void device_free(Device dev, void *p);
 /* Copies between any pair of devices; synchronous with respect to the host. */
 void device_memcpy(void *dst, Device dst_dev, const void *src, Device src_dev, size_t bytes);
+/* rows blocks of row_bytes each, from src (a block every src_pitch bytes) to dst (every dst_pitch
+ * bytes), on one device; on CUDA asynchronous on `stream` (a cudaStream_t) and capturable into a
+ * graph: one copy for a whole batch of rows instead of one a row. */
+void device_copy_rows(Device dev, void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t row_bytes,
+                      size_t rows, void *stream);
 void device_memset(Device dev, void *p, int byte, size_t bytes);
 void device_synchronize(Device dev);
 /* GPU memory in use on the current device (all processes) and its size, in bytes; false on CPU

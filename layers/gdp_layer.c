@@ -88,16 +88,16 @@ static Tensor *conv_silu_state(Ctx *ctx, Tensor *x, Tensor *w, Tensor *tail) {
     const int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], P = tail->shape[1];
     char dx[TENSOR_DESC_LEN], dt[TENSOR_DESC_LEN];
     GDP_CHECK(tail->ndim == 3 && tail->shape[0] == B && tail->shape[2] == C && tail->dtype == x->dtype &&
+                  tensor_is_contiguous(tail) &&
                   tensor_is_contiguous(x),
               "gdp layer: conv state %s does not fit the input %s (the state was made for another batch or dtype)",
               tensor_describe(tail, dt, sizeof dt), tensor_describe(x, dx, sizeof dx));
     Tensor *ext = tensor_new(ctx, LIFE_ACT, x->dtype, SHAPE(B, P + T, C));
-    for (int64_t b = 0; b < B; b++) {
-        op_copy_or_accumulate(ctx, tensor_view(ctx, ext, SHAPE(P * C), (const int64_t[]){1}, b * (P + T) * C),
-                              tensor_view(ctx, tail, SHAPE(P * C), (const int64_t[]){1}, b * P * C), false);
-        op_copy_or_accumulate(ctx, tensor_view(ctx, ext, SHAPE(T * C), (const int64_t[]){1}, (b * (P + T) + P) * C),
-                              tensor_view(ctx, x, SHAPE(T * C), (const int64_t[]){1}, b * T * C), false);
-    }
+    const size_t es = dtype_size(x->dtype), ext_pitch = (size_t)((P + T) * C) * es;
+    device_copy_rows(ctx->device, ext->data, ext_pitch, tail->data, (size_t)(P * C) * es, (size_t)(P * C) * es,
+                     (size_t)B, ctx_stream(ctx));
+    device_copy_rows(ctx->device, (char *)ext->data + (size_t)(P * C) * es, ext_pitch, x->data, (size_t)(T * C) * es,
+                     (size_t)(T * C) * es, (size_t)B, ctx_stream(ctx));
     const int64_t rows[3] = {(P + T) * C, C, 1};
     op_copy_or_accumulate(ctx, tail, tensor_view(ctx, ext, SHAPE(B, P, C), rows, T * C), false);
     Tensor *y = conv_silu(ctx, ext, w);

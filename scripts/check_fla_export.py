@@ -8,7 +8,8 @@ checkpoint (input_ids [B,T] int32, logits [B,T,V] float32, gdp's CPU float32 for
 from .carry/fla (or an installed fla). Prints PASS/FAIL lines; exit status 1 on any FAIL.
 Each dtype (default: both) may run in a process of its own, so that Triton compiles in parallel.
 fp32 must agree to rel L2 1e-3 (run with TRITON_F32_DEFAULT=ieee so fla's Triton dots are true
-fp32, not tf32), bf16 to 2e-2. T must be above 64: fla's layer switches to its fused recurrent
+fp32, not tf32), bf16 to 2e-2. fla's op wrapper refuses float32 inputs (an assert), though its
+kernels run them: for fp32 this script calls the op's autograd function directly (fp32_op below). T must be above 64: fla's layer switches to its fused recurrent
 kernel for q_len <= 64 in eval mode, and the chunk kernels are the ones worth checking.
 """
 import os
@@ -32,10 +33,27 @@ def rel(a, b):
     return ((a - b).norm() / b.norm()).item()
 
 
+def fp32_op(q, k, v, g, beta, num_householder, scale=None, initial_state=None, output_final_state=False,
+            use_qk_l2norm_in_kernel=False, cu_seqlens=None, cu_seqlens_cpu=None):
+    """fla's chunk_gated_delta_product without its float32 refusal (same arguments and defaults)."""
+    from fla.ops.gated_delta_product.chunk import ChunkGatedDeltaProductFunction
+    if scale is None:
+        scale = k.shape[-1] ** -0.5
+    return ChunkGatedDeltaProductFunction.apply(q, k, v, g, beta, scale, num_householder, initial_state,
+                                                output_final_state, use_qk_l2norm_in_kernel, cu_seqlens, cu_seqlens_cpu)
+
+
 def fla_logits(model, ids, dtype):
-    model = model.to("cuda", dtype).eval()
-    with torch.no_grad():
-        return model(input_ids=ids.cuda(), use_cache=False).logits.float().cpu()
+    import fla.layers.gated_deltaproduct as layer
+    wrapper = layer.chunk_gated_delta_product
+    if dtype == torch.float32:
+        layer.chunk_gated_delta_product = fp32_op
+    try:
+        model = model.to("cuda", dtype).eval()
+        with torch.no_grad():
+            return model(input_ids=ids.cuda(), use_cache=False).logits.float().cpu()
+    finally:
+        layer.chunk_gated_delta_product = wrapper
 
 
 def main(hf_dir, dump, name, dtypes):
