@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "base/common.h"
+#include "kernels/sample.h"
 
 void decode_init(DecodeState *st, Model *m) {
     memset(st, 0, sizeof *st);
@@ -135,89 +136,21 @@ int decode_batch_step(DecodeBatch *b, const int32_t *tokens, float *logits) {
 
 /* ---- sampling --------------------------------------------------------------------------------------- */
 
-typedef struct Cand {
-    float logit;
-    int id;
-} Cand;
-
-/* Largest logit first; ties by id, so the order (and a seeded sample) never depends on qsort. */
-static int cand_cmp(const void *a, const void *b) {
-    const Cand *x = (const Cand *)a, *y = (const Cand *)b;
-    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
-    return x->id - y->id;
-}
-
+/* One row through the batched sampler's CPU form (kernels/sample.h), which is also the CUDA
+ * sampler's reference: the history becomes its mask, and the one uniform a sampled token takes is
+ * drawn here, none for a greedy pick. */
 int sample_next(float *logits, int n, const SampleParams *p, const int32_t *history, int64_t n_hist, Rng *rng) {
+    unsigned char *seen = NULL;
     if (p->repetition_penalty > 0 && p->repetition_penalty != 1 && history && n_hist > 0) {
-        unsigned char *seen = (unsigned char *)xcalloc((size_t)n, 1);
-        for (int64_t i = 0; i < n_hist; i++) {
-            int t = history[i];
-            if (t < 0 || t >= n || seen[t]) continue;
-            seen[t] = 1;
-            logits[t] = logits[t] > 0 ? (float)(logits[t] / p->repetition_penalty)
-                                      : (float)(logits[t] * p->repetition_penalty);
-        }
-        free(seen);
+        seen = (unsigned char *)xcalloc((size_t)n, 1);
+        for (int64_t i = 0; i < n_hist; i++)
+            if (history[i] >= 0 && history[i] < n) seen[history[i]] = 1;
     }
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (logits[i] > logits[best]) best = i;
-    if (p->temperature <= 0) return best;
-    const bool nucleus = p->top_p > 0 && p->top_p < 1;
-    if (!nucleus) {
-        float cut = -INFINITY;
-        if (p->top_k > 0 && p->top_k < n) {
-            /* the k-th largest value: partial selection on a copy */
-            float *tmp = (float *)xmalloc((size_t)n * sizeof(float));
-            memcpy(tmp, logits, (size_t)n * sizeof(float));
-            for (int i = 0; i < p->top_k; i++) {
-                int j = i;
-                for (int t = i + 1; t < n; t++)
-                    if (tmp[t] > tmp[j]) j = t;
-                float sw = tmp[i];
-                tmp[i] = tmp[j], tmp[j] = sw;
-            }
-            cut = tmp[p->top_k - 1];
-            free(tmp);
-        }
-        double mx = logits[best], sum = 0;
-        for (int i = 0; i < n; i++) {
-            double q = logits[i] >= cut ? exp((logits[i] - mx) / p->temperature) : 0;
-            logits[i] = (float)q;
-            sum += q;
-        }
-        double u = rng_uniform(rng) * sum, acc = 0;
-        for (int i = 0; i < n; i++) {
-            acc += logits[i];
-            if (u < acc && logits[i] > 0) return i;
-        }
-        return best;
-    }
-    /* Nucleus: candidates by probability, cut at k, then at the smallest prefix reaching top_p. */
-    Cand *c = (Cand *)xmalloc((size_t)n * sizeof(Cand));
-    for (int i = 0; i < n; i++) c[i].logit = logits[i], c[i].id = i;
-    qsort(c, (size_t)n, sizeof(Cand), cand_cmp);
-    int keep = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-    double *pr = (double *)xmalloc((size_t)keep * sizeof(double)), sum = 0;
-    for (int i = 0; i < keep; i++) sum += pr[i] = exp((c[i].logit - c[0].logit) / p->temperature);
-    double acc = 0;
-    int nk = 0;
-    while (nk < keep) {
-        acc += pr[nk++] / sum;
-        if (acc >= p->top_p) break;
-    }
-    double tot = 0;
-    for (int i = 0; i < nk; i++) tot += pr[i];
-    double u = rng_uniform(rng) * tot, run = 0;
-    int pick = c[0].id;
-    for (int i = 0; i < nk; i++) {
-        run += pr[i];
-        if (u < run) {
-            pick = c[i].id;
-            break;
-        }
-    }
-    free(pr), free(c);
+    const double u = p->temperature > 0 ? rng_uniform(rng) : 0;
+    int32_t pick = 0;
+    SampleArgs a = {logits, seen, &u, &pick, 1, n, n, p->temperature, p->top_k, p->top_p, p->repetition_penalty};
+    sample_rows_cpu(&a);
+    free(seen);
     return pick;
 }
 

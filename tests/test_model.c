@@ -486,11 +486,104 @@ START_TEST(sampling) {
 }
 END_TEST
 
-/* sample_rows_cpu (kernels/sample.h, the CUDA sampler's reference) is sample_next with the uniform
- * drawn by the caller and the history as a mask: the same id on every row of random batches (normal,
- * peaked, integer-tied and signed-zero/-inf logits, padding past n_tok, histories with repeats and
- * ids past n_tok) under every setting, and sample_next draws one uniform when temperature > 0 and
- * none otherwise, which is what the caller of the batched samplers must do. */
+/* The sampling rule written out plainly for one row, as the reference of the batched sampler's CPU
+ * form (kernels/sample_cpu.c, which sample_next runs): repetition penalty over the distinct history
+ * tokens, greedy argmax, top-k by partial selection, then a draw in id order, or for top-p a sort by
+ * (logit desc, id asc), the smallest prefix reaching top_p and a draw in that order. */
+typedef struct RefCand {
+    float logit;
+    int id;
+} RefCand;
+
+/* Largest logit first; ties by id, so the order (and a seeded sample) never depends on qsort. */
+static int ref_cand_cmp(const void *a, const void *b) {
+    const RefCand *x = (const RefCand *)a, *y = (const RefCand *)b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id - y->id;
+}
+
+static int reference_sample(float *logits, int n, const SampleParams *p, const int32_t *history, int64_t n_hist,
+                            Rng *rng) {
+    if (p->repetition_penalty > 0 && p->repetition_penalty != 1 && history && n_hist > 0) {
+        unsigned char *seen = (unsigned char *)xcalloc((size_t)n, 1);
+        for (int64_t i = 0; i < n_hist; i++) {
+            int t = history[i];
+            if (t < 0 || t >= n || seen[t]) continue;
+            seen[t] = 1;
+            logits[t] = logits[t] > 0 ? (float)(logits[t] / p->repetition_penalty)
+                                      : (float)(logits[t] * p->repetition_penalty);
+        }
+        free(seen);
+    }
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (p->temperature <= 0) return best;
+    const bool nucleus = p->top_p > 0 && p->top_p < 1;
+    if (!nucleus) {
+        float cut = -INFINITY;
+        if (p->top_k > 0 && p->top_k < n) {
+            /* the k-th largest value: partial selection on a copy */
+            float *tmp = (float *)xmalloc((size_t)n * sizeof(float));
+            memcpy(tmp, logits, (size_t)n * sizeof(float));
+            for (int i = 0; i < p->top_k; i++) {
+                int j = i;
+                for (int t = i + 1; t < n; t++)
+                    if (tmp[t] > tmp[j]) j = t;
+                float sw = tmp[i];
+                tmp[i] = tmp[j], tmp[j] = sw;
+            }
+            cut = tmp[p->top_k - 1];
+            free(tmp);
+        }
+        double mx = logits[best], sum = 0;
+        for (int i = 0; i < n; i++) {
+            double q = logits[i] >= cut ? exp((logits[i] - mx) / p->temperature) : 0;
+            logits[i] = (float)q;
+            sum += q;
+        }
+        double u = rng_uniform(rng) * sum, acc = 0;
+        for (int i = 0; i < n; i++) {
+            acc += logits[i];
+            if (u < acc && logits[i] > 0) return i;
+        }
+        return best;
+    }
+    /* Nucleus: candidates by probability, cut at k, then at the smallest prefix reaching top_p. */
+    RefCand *c = (RefCand *)xmalloc((size_t)n * sizeof(RefCand));
+    for (int i = 0; i < n; i++) c[i].logit = logits[i], c[i].id = i;
+    qsort(c, (size_t)n, sizeof(RefCand), ref_cand_cmp);
+    int keep = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+    double *pr = (double *)xmalloc((size_t)keep * sizeof(double)), sum = 0;
+    for (int i = 0; i < keep; i++) sum += pr[i] = exp((c[i].logit - c[0].logit) / p->temperature);
+    double acc = 0;
+    int nk = 0;
+    while (nk < keep) {
+        acc += pr[nk++] / sum;
+        if (acc >= p->top_p) break;
+    }
+    double tot = 0;
+    for (int i = 0; i < nk; i++) tot += pr[i];
+    double u = rng_uniform(rng) * tot, run = 0;
+    int pick = c[0].id;
+    for (int i = 0; i < nk; i++) {
+        run += pr[i];
+        if (u < run) {
+            pick = c[i].id;
+            break;
+        }
+    }
+    free(pr), free(c);
+    return pick;
+}
+
+
+/* sample_rows_cpu (kernels/sample.h, the CUDA sampler's reference) gives reference_sample's id on
+ * every row of random batches (normal, peaked, integer-tied and signed-zero/-inf logits, padding past
+ * n_tok, histories with repeats and ids past n_tok) under every setting, with the uniform drawn by the
+ * caller and the history as a mask; sample_next (one row through it) gives the same id and draws one
+ * uniform when temperature > 0 and none otherwise, which is what a caller of the batched samplers
+ * must do. */
 START_TEST(sample_rows_match_sample_next) {
     static const SampleParams ps[] = {
         {0, 0, 1, 1},      {0, 0, 1, 1.3},    {-1, 4, 0.5, 1},   {1, 0, 1, 1},     {0.7, 0, 0, 1},
@@ -530,8 +623,12 @@ START_TEST(sample_rows_match_sample_next) {
             rng_seed(&seq, 1000u * (uint64_t)trial + (uint64_t)i);
             drawn = seq;
             u[i] = p->temperature > 0 ? rng_uniform(&drawn) : 0;
+            Rng ref = seq;
             memcpy(row, l, (size_t)v * sizeof(float));
-            want[i] = sample_next(row, n, p, hist, nh, &seq);
+            want[i] = reference_sample(row, n, p, hist, nh, &ref);
+            memcpy(row, l, (size_t)v * sizeof(float));
+            const int next = sample_next(row, n, p, hist, nh, &seq);
+            ck_assert_msg(next == want[i], "trial %d row %d: sample_next %d, reference %d", trial, i, next, want[i]);
             ck_assert_msg(!memcmp(&seq, &drawn, sizeof seq),
                           "trial %d: sample_next drew %s uniforms than one per sampled token (temperature %g)", trial,
                           p->temperature > 0 ? "other" : "more", p->temperature);
@@ -542,7 +639,7 @@ START_TEST(sample_rows_match_sample_next) {
         for (int i = 0; i < ROWS; i++)
             ck_assert_msg(got[i] == want[i],
                           "trial %d row %d (n %d, v %d, rows of kind %d, temperature %g, top_k %d, top_p %g, "
-                          "penalty %g, u %.17g): sample_rows_cpu %d, sample_next %d",
+                          "penalty %g, u %.17g): sample_rows_cpu %d, reference %d",
                           trial, i, n, v, kind, p->temperature, p->top_k, p->top_p, p->repetition_penalty, u[i],
                           got[i], want[i]);
         free(logits), free(row), free(seen), free(hist);
