@@ -24,6 +24,8 @@ static const char *const HONOURED[] = {
     "use_forget_gate", "allow_neg_eigval", "use_short_conv", "conv_size", "use_output_gate", "hidden_ratio",
     "intermediate_size", "vocab_size", "norm_eps", "tie_word_embeddings", "initializer_range",
 };
+/* Our own keys, in the self-contained format (model_type "gdp", scripts/hf/modeling_gdp.py). */
+static const char *const OWN[] = {"mode", "split_mask_trainable", "num_labels"};
 /* Keys that do not change the model's function: kernels picked, fused training losses, generation
  * defaults, bookkeeping (and scripts/export_hf.py's own gdp_* notes). */
 static const char *const IGNORED[] = {
@@ -31,7 +33,7 @@ static const char *const IGNORED[] = {
     "use_l2warp", "max_position_embeddings", "use_cache", "pad_token_id", "bos_token_id", "eos_token_id",
     "transformers_version", "torch_dtype", "dtype", "_name_or_path", "gdp_step", "gdp_tokenizer",
     "gdp_tied_embeddings", "model_type", "hidden_act", "attn", "num_v_heads", "conv_bias", "output_attentions",
-    "output_hidden_states", "return_dict", "use_return_dict",
+    "output_hidden_states", "return_dict", "use_return_dict", "auto_map",
 };
 
 static bool in_list(const char *key, const char *const *list, size_t n) {
@@ -58,9 +60,10 @@ static ModelConfig map_config(const char *path, bool *gdp_tied) {
     free(text);
     if (root->type != JSON_OBJECT) gdp_fatal("import: %s: not a JSON object", path);
     const char *mt = json_get_str(root, "model_type");
-    if (!mt || strcmp(mt, "gated_deltaproduct"))
-        gdp_fatal("import: %s: model_type is '%s': only fla's gated_deltaproduct models can be imported", path,
-                  mt ? mt : "(missing)");
+    const bool own = mt && !strcmp(mt, "gdp");
+    if (!mt || (strcmp(mt, "gated_deltaproduct") && !own))
+        gdp_fatal("import: %s: model_type is '%s': only fla's gated_deltaproduct models and gdp.c's own exports "
+                  "(model_type gdp) can be imported", path, mt ? mt : "(missing)");
     const JsonValue *attn = json_get(root, "attn");
     if (attn && attn->type != JSON_NULL)
         gdp_fatal("import: %s: key 'attn' sets hybrid attention layers, which gdp.c does not have: only pure "
@@ -76,10 +79,13 @@ static ModelConfig map_config(const char *path, bool *gdp_tied) {
         gdp_fatal("import: %s: key 'hidden_act' is '%s': gdp.c's MLP is SwiGLU (swish)", path, act);
     const JsonValue *arch = json_get(root, "architectures");
     if (arch && arch->type == JSON_ARRAY) {
-        bool lm = false;
+        static const char *const known[] = {"GatedDeltaProductForCausalLM", "GdpForCausalLM", "GdpForTokenClassification"};
+        bool ours = false;
         for (size_t i = 0; i < arch->len; i++)
-            lm |= arch->items[i].type == JSON_STRING && !strcmp(arch->items[i].str, "GatedDeltaProductForCausalLM");
-        if (!lm) gdp_fatal("import: %s: key 'architectures' does not list GatedDeltaProductForCausalLM", path);
+            ours |= arch->items[i].type == JSON_STRING && in_list(arch->items[i].str, known + (own ? 1 : 0), own ? 2 : 1);
+        if (!ours)
+            gdp_fatal("import: %s: key 'architectures' does not list %s", path,
+                      own ? "GdpForCausalLM or GdpForTokenClassification" : "GatedDeltaProductForCausalLM");
     }
     ModelConfig c = model_config_default();
     c.mode = GDP_MODE_HOUSEHOLDER, c.num_labels = 0, c.tokenizer[0] = 0;
@@ -87,14 +93,16 @@ static ModelConfig map_config(const char *path, bool *gdp_tied) {
         const char *key = root->keys[i];
         const JsonValue *v = &root->items[i];
         if (in_list(key, IGNORED, GDP_ARRAY_LEN(IGNORED))) continue;
-        if (!in_list(key, HONOURED, GDP_ARRAY_LEN(HONOURED)))
+        const bool own_key = own && in_list(key, OWN, GDP_ARRAY_LEN(OWN));
+        if (!in_list(key, HONOURED, GDP_ARRAY_LEN(HONOURED)) && !own_key)
             gdp_fatal("import: %s: key '%s' is not one gdp.c knows: it may change the model, so the import stops "
                       "(remove it from config.json if it does not)", path, key);
         char val[64];
-        if (v->type == JSON_BOOL) snprintf(val, sizeof val, "%s", v->boolean ? "true" : "false");
+        if (v->type == JSON_STRING && own_key) snprintf(val, sizeof val, "%s", v->str);
+        else if (v->type == JSON_BOOL) snprintf(val, sizeof val, "%s", v->boolean ? "true" : "false");
         else if (v->type == JSON_NUMBER) snprintf(val, sizeof val, "%.17g", v->number);
         else if (v->type == JSON_NULL && !strcmp(key, "intermediate_size")) snprintf(val, sizeof val, "0");
-        else gdp_fatal("import: %s: key '%s' must be a number or a boolean", path, key);
+        else gdp_fatal("import: %s: key '%s' must be a number or a boolean%s", path, key, own_key ? " (or a string)" : "");
         if (!model_config_set(&c, key, val, err, sizeof err)) gdp_fatal("import: %s: %s", path, err);
     }
     for (size_t i = 0; i < GDP_ARRAY_LEN(HONOURED); i++)

@@ -1,7 +1,8 @@
 #!/bin/sh
 # shellcheck disable=SC2015 # "A && ok || bad": ok never fails
 # gdp import: scripts/export_hf.py's folder back into a checkpoint with the same parameters bit for
-# bit (tied and untied heads, a BPE tokenizer.json), which eval, generate and train --resume take;
+# bit (fla's format with tied and untied heads and a BPE tokenizer.json, gdp's own format for split mode
+# and --self-contained), which eval, generate and train --resume take;
 # and the config keys and tensors gdp.c cannot honour refused by name. Needs python3 with h5py, numpy
 # and safetensors (the exporter's), else it is skipped.
 PY=${PYTHON:-python3}
@@ -19,6 +20,10 @@ expect_exit 0 "tokenizer" "prepare BPE data" "$GDP" prepare --input "$T" --out "
 expect_exit 0 "checkpoint:" "train model A" "$GDP" train --data "$TMP/data" --batch 2 --seq 32 --steps 3 --out "$TMP/a"
 expect_exit 0 "checkpoint:" "train model B" "$GDP" train --data "$T" --batch 2 --seq 32 --steps 3 --out "$TMP/b" \
     --set tie_word_embeddings=false --set num_householder=3 --set use_output_gate=false --set conv_size=3
+# C: split mode, r 2 (exported in gdp's own format, scripts/hf/modeling_gdp.py); d: A in that format
+expect_exit 0 "checkpoint:" "train model C" "$GDP" train --data "$T" --batch 2 --seq 32 --steps 3 --out "$TMP/c" \
+    --set mode=split --set num_householder=2
+cp -r "$TMP/a" "$TMP/d"
 
 same_params() { # same_params CKPT_A CKPT_B: every /params dataset equal bit for bit, the same names
     "$PY" - "$1" "$2" <<'PYEOF'
@@ -37,13 +42,15 @@ assert "optim" in b and int(b.attrs["step"]) == 0
 PYEOF
 }
 
-for x in a b; do
+for x in a b c d; do
     ck="$TMP/$x/$(cat "$TMP/$x/latest")"
-    expect_exit 0 "exported" "export $x" "$PY" scripts/export_hf.py "$TMP/$x" "$TMP/hf_$x"
+    own=""; [ "$x" = d ] && own="--self-contained"
+    # shellcheck disable=SC2086 # $own is empty or one flag
+    expect_exit 0 "exported" "export $x" "$PY" scripts/export_hf.py $own "$TMP/$x" "$TMP/hf_$x"
     expect_exit 0 "imported" "import $x" "$GDP" import --from "$TMP/hf_$x" --out "$TMP/$x.h5"
     same_params "$ck" "$TMP/$x.h5" >"$TMP/py" 2>&1 && ok "$x: export -> import gives the same parameters bit for bit" ||
         { bad "$x: round trip"; cat "$TMP/py"; }
-    data="$T"; [ "$x" = a ] && data="$TMP/data"
+    data="$T"; case $x in a | d) data="$TMP/data" ;; esac
     l0=$("$GDP" eval --checkpoint "$ck" --data "$data" --batch 2 --seq 32 --batches 2 2>&1 | sed -n 's/^loss \([0-9.]*\) .*/\1/p')
     l1=$("$GDP" eval --checkpoint "$TMP/$x.h5" --data "$data" --batch 2 --seq 32 --batches 2 2>&1 | sed -n 's/^loss \([0-9.]*\) .*/\1/p')
     [ -n "$l0" ] && [ "$l0" = "$l1" ] && ok "$x: eval of the import = eval of the original ($l1)" || bad "$x: eval $l0 vs $l1"
