@@ -143,7 +143,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gdp", default="build/gdp")
     ap.add_argument("--fla", default=".carry/fla")
-    ap.add_argument("--data", default=None, help="prepared data (default: scripts/prepare_gcide.sh's)")
+    ap.add_argument("--data", default=None, help="prepared data or a text file (default: scripts/prepare_gcide.sh's, "
+                    "which needs Debian's apt tools or data_cache/gcide/gcide.dict.dz)")
     ap.add_argument("--variants", default="hh1,hh2,hh3,split2")
     ap.add_argument("--peers", default="eager,compile")
     ap.add_argument("--steps", type=int, default=20)

@@ -17,6 +17,10 @@
 #              fla checkout at .carry/fla (never committed) and PyTorch + Triton; skipped otherwise
 #   python     (not in the default) scripts/export_hf.py into fla's model, logits against gdp's,
 #              and scripts/gdp_ctypes.py; needs .carry/fla, torch, transformers, safetensors
+#   docs       (not in the default) the base preset (vocab 32000, B 8 x T 2048) for 15 steps with
+#              --documents on and off, twice each, on BPE data with end-of-text tokens made from docs/
+#   vstorch    (not in the default) python3 bench/vs_torch.py: training against PyTorch + fla
+#   vshf       (not in the default) python3 bench/vs_hf_generate.py: decoding against HF generate
 #
 # Environment (defaults in brackets):
 #   BUILD  build folder [build]      STEPS  steps to run [all but python]
@@ -96,6 +100,24 @@ if want python; then
     fi
 fi
 
+if want docs; then
+    cat docs/*.md README.md >"$LOGS/docs.txt"
+    if run docs-prepare "$G" prepare --input "$LOGS/docs.txt" --out "$LOGS/docs_data" --tokenizer bpe --vocab 4096 \
+        --doc-sep blank; then
+        for r in 1 2; do
+            for dm in on off; do
+                run "docs-$dm-$r" "$G" train --preset base --set vocab_size=32000 --device cuda --data "$LOGS/docs_data" \
+                    --documents $dm --steps 15 --batch 8 --seq 2048 --eval-every 0 --eval-batches 1 --print-every 1
+            done
+        done
+    fi
+fi
+if want vstorch; then
+    cat docs/*.md README.md >"$LOGS/text.txt"
+    run vstorch python3 bench/vs_torch.py --gdp "$G" --data "$LOGS/text.txt"
+fi
+if want vshf; then run vshf python3 bench/vs_hf_generate.py --gdp "$G"; fi
+
 echo
 echo "card: $card"
 # gdp bench op prints one line per n: n, fwd ms, ..., f+b ms (column 5), ..., saved f+b ms (column 10)
@@ -105,6 +127,13 @@ for f in bench-hh bench-split; do
         printf "%-10s n %s: fwd %s ms, f+b %s ms, saved f+b %s ms\n", m, $1, $2, $5, $10 }' "$LOGS/$f.log"
 done
 [ -s "$LOGS/vsfla.log" ] && sed -n '/^ms, bf16/,$p' "$LOGS/vsfla.log"
+for f in "$LOGS"/docs-o*.log; do # the median tokens/s of steps 6-15
+    [ -s "$f" ] || continue
+    printf '%s: ' "$(basename "$f" .log)"
+    sed -n 's/^step \+\([0-9]*\)\/.* | \([0-9]*\) tok\/s.*/\1 \2/p' "$f" | awk '$1 > 5 {print $2}' | sort -n |
+        awk '{a[NR] = $1} END {print (NR ? a[int((NR + 1) / 2)] : "none") " tokens/s"}'
+done
+for f in vstorch vshf; do [ -s "$LOGS/$f.log" ] && sed -n '/^| /p' "$LOGS/$f.log"; done
 printf '%s\n' "${rows[@]}"
 echo "total $(($(date +%s) - T0)) s"
 exit $failed
