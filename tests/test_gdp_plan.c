@@ -53,6 +53,12 @@ static void check_plan(const GdpKernelPlan *p, const GdpDeviceCaps *caps, const 
     check_step(&p->state, caps, d, "state", state, 4);
     if (p->state.ctpo == 0) check_step(&p->output, caps, d, "output", output, 2);
     else ck_assert_msg(p->output.kernel == GDP_KERNEL_NONE, "the state pass makes o, yet %s runs", gdp_kernel_name(p->output.kernel));
+    if (p->backward_refused) { /* an inference-only plan: the forward checked, the backward says why not */
+        ck_assert_msg(caps->arch < 90 && strstr(p->backward_why, "shared memory"), "sm_%d: backward refused: %s",
+                      caps->arch, p->backward_why);
+        ck_assert(p->dh.kernel == GDP_KERNEL_NONE && p->bwd_a.kernel == GDP_KERNEL_NONE && !p->dmask);
+        return;
+    }
     if (!saved) {
         check_step(&p->state_recompute, caps, d, "state (recompute)", state, 4);
         ck_assert_msg(p->state_recompute.ctpo == 0, "the backward's state pass makes no output");
@@ -72,10 +78,30 @@ static void check_plan(const GdpKernelPlan *p, const GdpDeviceCaps *caps, const 
     if (p->dh.kernel == GDP_KERNEL_DH_TMA) ck_assert_msg(p->dh.bv == 128 || p->dh.bv == 64, "k_dh_tma at bv %d", p->dh.bv);
 }
 
+/* f32 at the base preset's head on an A100: the forward fits (so inference runs in f32 there), the
+ * backward's tiles do not, and the plan says so instead of refusing the forward with it. */
+START_TEST(f32_on_an_a100_plans_the_forward_and_refuses_the_backward) {
+    GdpDeviceCaps caps;
+    ck_assert_int_eq(gdp_device_caps_of_arch(80, &caps), GDP_OK);
+    GdpDesc d = desc_of(GDP_MODE_HOUSEHOLDER, GDP_F32, 1, 256, 6, 128, 128, 2);
+    GdpKernelPlan p;
+    ck_assert_int_eq(gdp_plan_kernels(&d, &caps, NULL, false, true, &p), GDP_OK);
+    ck_assert(p.backward_refused);
+    ck_assert_ptr_nonnull(strstr(p.backward_why, "use bf16"));
+    ck_assert(p.prep.kernel != GDP_KERNEL_NONE && p.state.kernel != GDP_KERNEL_NONE);
+    d.dtype = GDP_BF16;
+    ck_assert_int_eq(gdp_plan_kernels(&d, &caps, NULL, false, true, &p), GDP_OK);
+    ck_assert(!p.backward_refused);
+    ck_assert_int_eq(gdp_device_caps_of_arch(86, &caps), GDP_OK); /* 99 KB: the f32 forward state pass does not fit */
+    d.dtype = GDP_F32;
+    ck_assert_int_eq(gdp_plan_kernels(&d, &caps, NULL, false, true, &p), GDP_ERR_UNSUPPORTED);
+}
+END_TEST
+
 START_TEST(every_arch_dtype_and_shape_gets_a_complete_plan) {
     static const int Ks[] = {16, 64, 96, 100, 128, 192, 256}, Vs[] = {32, 64, 100, 128, 256}, ns[] = {1, 2, 3, 4, 8, 64};
     static const int BTH[][3] = {{1, 1, 1}, {8, 2048, 16}, {2, 8192, 6}, {1, 65, 3}, {12, 512, 6}};
-    int plans = 0, refused = 0;
+    int plans = 0, refused = 0, forward_only = 0;
     for (int a = 0; a < 4; a++) {
         GdpDeviceCaps caps;
         ck_assert_int_eq(gdp_device_caps_of_arch(archs[a], &caps), GDP_OK);
@@ -104,12 +130,20 @@ START_TEST(every_arch_dtype_and_shape_gets_a_complete_plan) {
                                     ck_assert_msg(st == GDP_OK, "sm_%d %s K %d V %d n %d: %s", archs[a], dt ? "bf16" : "f32", K, Vs[vi], n,
                                                   gdp_last_error());
                                     check_plan(&p, &caps, &d, saved);
+                                    if (p.backward_refused) {
+                                        ck_assert_msg(!(dt && K % 64 == 0 && Vs[vi] % 64 == 0 && n >= 2 && n <= 8),
+                                                      "sm_%d bf16 K %d V %d n %d: backward refused: %s", archs[a], K,
+                                                      Vs[vi], n, p.backward_why);
+                                        forward_only++;
+                                    }
                                     plans++;
                                 }
                             }
     }
     ck_assert_int_gt(plans, 5000);
-    printf("%d plans, %d refused before Hopper (generic tiles over the shared memory)\n", plans, refused);
+    ck_assert_int_gt(forward_only, 0);
+    printf("%d plans (%d of them forward only), %d refused before Hopper (generic tiles over the shared memory)\n",
+           plans, forward_only, refused);
 }
 END_TEST
 
@@ -195,6 +229,7 @@ static Suite *make_suite(void) {
     TCase *tc = tcase_create("plan");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, every_arch_dtype_and_shape_gets_a_complete_plan);
+    tcase_add_test(tc, f32_on_an_a100_plans_the_forward_and_refuses_the_backward);
     tcase_add_test(tc, hopper_default_shape_keeps_its_kernels);
     tcase_add_test(tc, ampere_and_ada_take_the_cp_async_kernels);
     tcase_add_test(tc, edges_of_the_plan);

@@ -193,6 +193,7 @@ template <typename IT> static GdpStatus backward_impl(const GdpDesc *d, const Gd
     GdpStatus s = device_caps(L, bf16, caps);
     if (s == GDP_OK) s = gdp_plan_kernels(d, &caps, &tu, a->saved != nullptr, P.veck && P.vecv, &plan);
     if (s != GDP_OK) return s;
+    if (plan.backward_refused) return gdp_fail(GDP_ERR_UNSUPPORTED, "%s: %s", L.who, plan.backward_why);
     P.seq_hv = plan.seq_hs;
     if (!a->saved) {
         s = run_forward(L, plan, P, bf16, false);

@@ -338,6 +338,16 @@ static void plan_bwd(const Shape *s, GdpStep *a, GdpStep *b) {
         step_set(b, GDP_KERNEL_BWD_B, gdp_smem_bwd_b(s->ob, rr), "%s", s->split && rr > GDP_SPLIT_FAST_RR ? "split with n*n > 64" : "the double-buffered kernel does not fit");
 }
 
+static GdpStatus refuse_smem(const Shape *s, const GdpDesc *desc, const GdpStep *st) {
+    return gdp_fail(GDP_ERR_UNSUPPORTED,
+                    "gdp: %s at K=%d, V=%d, n=%d (%s) needs %zu bytes of shared memory, this GPU allows %d a block; %s",
+                    gdp_kernel_name(st->kernel), desc->K, desc->V, desc->n, s->bf16 ? "bf16" : "f32", st->smem,
+                    s->caps->smem_block,
+                    !s->bf16              ? "use bf16 on this GPU (the f32 kernels need a Hopper GPU's shared memory)"
+                    : s->lay.Ctp == 64 ? "use n >= 2 on this GPU (n = 1 makes 64-token chunks, whose tiles need a Hopper GPU)"
+                                       : "this shape needs a Hopper GPU");
+}
+
 GdpStatus gdp_plan_kernels(const GdpDesc *desc, const GdpDeviceCaps *caps, const GdpTuning *tuning, bool saved,
                            bool aligned16, GdpKernelPlan *plan) {
     memset(plan, 0, sizeof *plan);
@@ -366,25 +376,29 @@ GdpStatus gdp_plan_kernels(const GdpDesc *desc, const GdpDeviceCaps *caps, const
     st = plan_state(&s, plan->seq_hs, true, saved, &plan->state);
     if (st != GDP_OK) return st;
     plan_output(&s, &plan->state, &plan->output);
-    if (!saved) {
-        st = plan_state(&s, plan->seq_hs, false, false, &plan->state_recompute);
-        if (st != GDP_OK) return st;
+    /* the generic kernels have no smaller variant: a shape whose tiles do not fit is refused here,
+     * the forward outright, the backward in the plan (an inference-only caller can still run) */
+    const GdpStep *fwd[] = {&plan->prep, &plan->state, &plan->output};
+    for (size_t i = 0; i < sizeof fwd / sizeof fwd[0]; i++)
+        if (fwd[i]->kernel != GDP_KERNEL_NONE && !fits(&s, fwd[i]->smem)) return refuse_smem(&s, desc, fwd[i]);
+    if (!saved) st = plan_state(&s, plan->seq_hs, false, false, &plan->state_recompute);
+    if (st == GDP_OK) st = plan_dh(&s, plan->seq_hs, &plan->dh);
+    if (st == GDP_OK) {
+        plan_bwd(&s, &plan->bwd_a, &plan->bwd_b);
+        const GdpStep *bwd[] = {&plan->state_recompute, &plan->dh, &plan->bwd_a, &plan->bwd_b};
+        for (size_t i = 0; st == GDP_OK && i < sizeof bwd / sizeof bwd[0]; i++)
+            if (bwd[i]->kernel != GDP_KERNEL_NONE && !fits(&s, bwd[i]->smem)) st = refuse_smem(&s, desc, bwd[i]);
     }
-    st = plan_dh(&s, plan->seq_hs, &plan->dh);
-    if (st != GDP_OK) return st;
-    plan_bwd(&s, &plan->bwd_a, &plan->bwd_b);
     plan->dmask = s.split;
-    /* the generic kernels have no smaller variant: a shape whose tiles do not fit is refused here */
-    const GdpStep *steps[] = {&plan->prep, &plan->state, &plan->output, &plan->state_recompute, &plan->dh, &plan->bwd_a, &plan->bwd_b};
-    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
-        if (steps[i]->kernel != GDP_KERNEL_NONE && !fits(&s, steps[i]->smem))
-            return gdp_fail(GDP_ERR_UNSUPPORTED,
-                            "gdp: %s at K=%d, V=%d, n=%d (%s) needs %zu bytes of shared memory, this GPU allows %d a block; %s",
-                            gdp_kernel_name(steps[i]->kernel), desc->K, desc->V, desc->n, s.bf16 ? "bf16" : "f32", steps[i]->smem,
-                            caps->smem_block,
-                            !s.bf16            ? "use bf16 on this GPU (the f32 kernels need a Hopper GPU's shared memory)"
-                            : s.lay.Ctp == 64 ? "use n >= 2 on this GPU (n = 1 makes 64-token chunks, whose tiles need a Hopper GPU)"
-                                              : "this shape needs a Hopper GPU");
+    if (st != GDP_OK) {
+        plan->backward_refused = true;
+        snprintf(plan->backward_why, sizeof plan->backward_why, "%s", gdp_last_error());
+        memset(&plan->state_recompute, 0, sizeof plan->state_recompute);
+        memset(&plan->dh, 0, sizeof plan->dh);
+        memset(&plan->bwd_a, 0, sizeof plan->bwd_a);
+        memset(&plan->bwd_b, 0, sizeof plan->bwd_b);
+        plan->dmask = false;
+    }
     return GDP_OK;
 }
 
@@ -412,9 +426,13 @@ void gdp_plan_print(const GdpKernelPlan *p, const GdpDesc *d, const GdpDeviceCap
     print_step(out, "forward prep", &p->prep);
     print_step(out, "forward state", &p->state);
     print_step(out, "forward output", &p->output);
-    if (!saved) {
+    if (!saved && !p->backward_refused) {
         print_step(out, "backward prep", &p->prep);
         print_step(out, "backward state", &p->state_recompute);
+    }
+    if (p->backward_refused) {
+        fprintf(out, "  backward         refused: %s\n", p->backward_why);
+        return;
     }
     print_step(out, "backward dh", &p->dh);
     print_step(out, "backward bwd_a", &p->bwd_a);

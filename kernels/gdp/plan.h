@@ -67,6 +67,10 @@ typedef struct GdpKernelPlan {
     GdpStep dh, bwd_a, bwd_b;
     bool dmask;   /* split mode: the fixed-order sum of the per-chunk mask gradients */
     bool seq_hs;  /* sequential passes' grid (sequences x heads, V tiles): more sequences than a grid's z holds */
+    /* The forward can run where the backward cannot (f32 on an A100: inference fits, training does
+     * not): then the backward passes are unplanned and this says why; gdp_backward_cuda refuses with it. */
+    bool backward_refused;
+    char backward_why[256];
 } GdpKernelPlan;
 
 /* What the device offers the op. arch is the compute capability the loaded kernels were compiled
