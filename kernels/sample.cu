@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/block_reduce.cuh"
 #include "kernels/common.cuh"
 #include "kernels/sample.h"
 
@@ -89,48 +90,26 @@ __device__ void block_argmax(float &v, int &i, SampleSmem &sm) {
     warp_argmax(v, i);
 }
 
-__device__ int block_min_int(int v, SampleSmem &sm) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(FULL_MASK, v, o));
-    __syncthreads();
-    if (lane == 0) sm.red_i[warp] = v;
-    __syncthreads();
-    v = lane < nw ? sm.red_i[lane] : INT_MAX;
-    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(FULL_MASK, v, o));
-    return v;
-}
-
-__device__ double block_sum_double(double v, SampleSmem &sm) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
-    __syncthreads();
-    if (lane == 0) sm.scan_d[warp] = v;
-    __syncthreads();
-    v = lane < nw ? sm.scan_d[lane] : 0.0;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+/* Inclusive scan over the warp in lane order. */
+template <typename T> __device__ __forceinline__ T warp_incl_scan(T v) {
+    for (int o = 1; o < 32; o <<= 1) {
+        const T t = __shfl_up_sync(FULL_MASK, v, o);
+        if ((int)(threadIdx.x & 31) >= o) v += t;
+    }
     return v;
 }
 
 /* Exclusive scan over the block in thread order; *total receives the sum. scratch: T[33], shared. */
 template <typename T> __device__ T block_excl_scan(T v, T *scratch, T *total) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    T inc = v;
-    for (int o = 1; o < 32; o <<= 1) {
-        const T t = __shfl_up_sync(FULL_MASK, inc, o);
-        if (lane >= o) inc += t;
-    }
+    const T inc = warp_incl_scan(v);
     T ex = __shfl_up_sync(FULL_MASK, inc, 1);
     if (lane == 0) ex = (T)0;
     __syncthreads(); /* an earlier call may still be reading scratch */
     if (lane == 31) scratch[warp] = inc;
     __syncthreads();
     if (warp == 0) {
-        const T w = lane < nw ? scratch[lane] : (T)0;
-        T wi = w;
-        for (int o = 1; o < 32; o <<= 1) {
-            const T t = __shfl_up_sync(FULL_MASK, wi, o);
-            if (lane >= o) wi += t;
-        }
+        const T wi = warp_incl_scan(lane < nw ? scratch[lane] : (T)0);
         T we = __shfl_up_sync(FULL_MASK, wi, 1);
         if (lane == 0) we = (T)0;
         if (lane < nw) scratch[lane] = we;
@@ -244,7 +223,7 @@ __device__ int draw_in_id_order(float *row, int n, const SampleArgs &a, float mx
         sq += q;
         sf += qf;
     }
-    const double sum = block_sum_double(sq, sm);
+    const double sum = br_block_sum_double(sq, sm.scan_d);
     double all;
     double run = block_excl_scan<double>(sf, sm.scan_d, &all);
     const double target = u * sum;
@@ -257,7 +236,7 @@ __device__ int draw_in_id_order(float *row, int n, const SampleArgs &a, float mx
             break;
         }
     }
-    pick = block_min_int(pick, sm);
+    pick = br_block_min_int(pick, sm.red_i);
     return pick == INT_MAX ? best : pick;
 }
 
