@@ -42,8 +42,7 @@ void decode_prefill(DecodeState *st, const int32_t *tokens, int64_t n, float *lo
 }
 
 void decode_step(DecodeState *st, int token, float *logits) {
-    check_token(st->m, token);
-    const int32_t t = token;
+    const int32_t t = token; /* decode_graph_step checks it against the vocabulary */
     decode_graph_step(&st->graph, st->m, &st->state, &t, logits);
     st->pos++;
 }
@@ -105,9 +104,7 @@ void decode_batch_prefill(DecodeBatch *b, const int32_t *ids, const int64_t *len
 
 int decode_batch_step(DecodeBatch *b, const int32_t *tokens, float *logits) {
     const int64_t out = cfg_out_dim(&b->m->cfg);
-    for (int r = 0; r < b->live; r++)
-        if (tokens[b->seq_of_row[r]] >= 0) check_token(b->m, tokens[b->seq_of_row[r]]);
-    /* Ended sequences leave: the live rows move up, keeping their order, so that a step is one
+    /* Ended sequences leave (decode_graph_step checks the others' tokens against the vocabulary): the live rows move up, keeping their order, so that a step is one
      * forward over rows 0..live-1. */
     int w = 0;
     for (int r = 0; r < b->live; r++) {
