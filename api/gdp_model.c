@@ -1,7 +1,7 @@
 /* The model-level C API (api/gdp_model.h) over the library: the checkpoint loader of train/load.c,
- * the tokenizers of data/, and the batched decoder and sampler of layers/decode.h (the same code on
- * the CPU and on CUDA). Every argument and file is checked here first, so that a mistake of the caller
- * comes back as an error instead of ending the process in the layers below. */
+ * the tokenizers of data/, the batched decoder of layers/decode.h (the same code on the CPU and on
+ * CUDA) and the sampler of layers/sampler.h. Every argument and file is checked here first, so that a
+ * mistake of the caller comes back as an error instead of ending the process in the layers below. */
 #include "api/gdp_model.h"
 
 #include <math.h>
@@ -14,6 +14,7 @@
 #include "data/tokenizer.h"
 #include "layers/decode.h"
 #include "layers/model.h"
+#include "layers/sampler.h"
 #include "layers/state.h"
 #include "train/checkpoint.h"
 #include "train/train.h"
@@ -28,13 +29,10 @@ struct GdpModel {
 struct GdpBatch {
     GdpModel *model;
     int n;
-    GdpSampling s;
     int64_t V;        /* logits per sequence */
     float *logits;    /* [n, V] */
-    float *work;      /* [V]: one row being sampled */
-    Rng *rng;         /* [n] */
-    int32_t **hist;   /* [n]: the tokens each sequence consumed (for the repetition penalty) */
-    int64_t *pos, *cap;
+    int64_t *pos;     /* [n]: the tokens each sequence consumed */
+    Sampler smp;      /* each sequence's generator and seen tokens */
     DecodeBatch dec;  /* the states, on the model's device; dec.ended[i]: sequence i has ended */
 };
 
@@ -200,14 +198,12 @@ int gdp_batch_new(GdpModel *m, int n, const GdpSampling *s, GdpBatch **out) {
                     "a temperature that is a number (got %g, %g, %d, %g)",
                     sp.top_p, sp.repetition_penalty, sp.top_k, sp.temperature);
     GdpBatch *b = (GdpBatch *)xcalloc(1, sizeof *b);
-    b->model = m, b->n = n, b->s = sp;
+    b->model = m, b->n = n;
     b->V = cfg_out_dim(&m->m.cfg);
     b->logits = (float *)xcalloc((size_t)(n * b->V), sizeof(float));
-    b->work = (float *)xmalloc((size_t)b->V * sizeof(float));
-    b->rng = (Rng *)xcalloc((size_t)n, sizeof(Rng));
-    b->hist = (int32_t **)xcalloc((size_t)n, sizeof(int32_t *));
     b->pos = (int64_t *)xcalloc((size_t)n, sizeof(int64_t));
-    b->cap = (int64_t *)xcalloc((size_t)n, sizeof(int64_t));
+    const SampleParams p = {sp.temperature, sp.top_k, sp.top_p, sp.repetition_penalty};
+    sampler_init(&b->smp, n, m->tok->vocab, b->V, &p, sp.seed);
     decode_batch_init(&b->dec, &m->m, n);
     *out = b;
     return 0;
@@ -216,19 +212,9 @@ int gdp_batch_new(GdpModel *m, int n, const GdpSampling *s, GdpBatch **out) {
 void gdp_batch_free(GdpBatch *b) {
     if (!b) return;
     decode_batch_free(&b->dec);
-    for (int i = 0; i < b->n; i++) free(b->hist[i]);
-    free(b->hist), free(b->pos), free(b->cap), free(b->rng);
-    free(b->logits), free(b->work);
+    sampler_free(&b->smp);
+    free(b->pos), free(b->logits);
     free(b);
-}
-
-/* Appends token t to sequence i's history. */
-static void hist_push(GdpBatch *b, int i, int32_t t) {
-    if (b->pos[i] == b->cap[i]) {
-        b->cap[i] = b->cap[i] ? 2 * b->cap[i] : 64;
-        b->hist[i] = (int32_t *)xrealloc(b->hist[i], (size_t)b->cap[i] * sizeof(int32_t));
-    }
-    b->hist[i][b->pos[i]++] = t;
 }
 
 int gdp_batch_prefill(GdpBatch *b, const int32_t *ids, const int64_t *lens) {
@@ -246,9 +232,8 @@ int gdp_batch_prefill(GdpBatch *b, const int32_t *ids, const int64_t *lens) {
     }
     off = 0;
     for (int i = 0; i < b->n; i++) {
-        b->pos[i] = 0;
-        for (int64_t t = 0; t < lens[i]; t++) hist_push(b, i, ids[off + t]);
-        rng_seed(&b->rng[i], b->s.seed);
+        sampler_start(&b->smp, i, ids + off, lens[i]);
+        b->pos[i] = lens[i];
         off += lens[i];
     }
     decode_batch_prefill(&b->dec, ids, lens, b->logits);
@@ -257,17 +242,7 @@ int gdp_batch_prefill(GdpBatch *b, const int32_t *ids, const int64_t *lens) {
 
 int gdp_batch_sample(GdpBatch *b, int32_t *next) {
     if (!b || !next) return fail("gdp_batch_sample: needs a batch and room for one token per sequence");
-    const SampleParams sp = {b->s.temperature, b->s.top_k, b->s.top_p, b->s.repetition_penalty};
-    const int n_tok = b->model->tok->vocab;
-    for (int i = 0; i < b->n; i++) {
-        if (b->dec.ended[i]) {
-            next[i] = -1;
-            continue;
-        }
-        /* sample_next edits the logits it is given; the caller may still read the batch's */
-        memcpy(b->work, b->logits + i * b->V, (size_t)b->V * sizeof(float));
-        next[i] = sample_next(b->work, n_tok, &sp, b->hist[i], b->pos[i], &b->rng[i]);
-    }
+    sampler_pick(&b->smp, b->logits, b->dec.ended, next);
     return 0;
 }
 
@@ -278,7 +253,7 @@ int gdp_batch_step(GdpBatch *b, const int32_t *tokens) {
             return fail("gdp_batch_step: token %d of sequence %d is outside the vocabulary [0, %lld) (< 0 ends it)",
                         tokens[i], i, (long long)b->V);
     for (int i = 0; i < b->n; i++)
-        if (!b->dec.ended[i] && tokens[i] >= 0) hist_push(b, i, tokens[i]);
+        if (!b->dec.ended[i] && tokens[i] >= 0) sampler_observe(&b->smp, i, tokens[i]), b->pos[i]++;
     return decode_batch_step(&b->dec, tokens, b->logits);
 }
 

@@ -1,4 +1,4 @@
-/* Next-token sampling for a batch of rows of logits, the rule of sample_next (layers/decode.c) with
+/* Next-token sampling for a batch of rows of logits, the rule of sample_next (layers/sampler.c) with
  * the uniform draw made by the caller:
  *   1. repetition penalty (penalty > 0 and != 1, seen given): a seen token's logit x becomes
  *      x / penalty when x > 0, else x * penalty (in double, rounded to float);
@@ -13,7 +13,7 @@
  * Only ids below n_tok are candidates; a row is `v` floats apart (v >= n_tok). Logits must be finite
  * or -inf (a masked token), with one finite logit in every row.
  *
- * The caller prepares, per row r (one sequence):
+ * The caller (on the host, a Sampler of layers/sampler.h) prepares, per row r (one sequence):
  *   seen[r * v + t] = 1 for every token t of the sequence's history (prompt and generated), else 0;
  *     ids >= n_tok are ignored. NULL penalises no row; with penalty 1 the mask is not read;
  *   u[r] = rng_uniform(&that sequence's Rng) when temperature > 0, drawn on the host: exactly the

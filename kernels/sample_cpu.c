@@ -1,4 +1,4 @@
-/* CPU reference for batched sampling: sample_next (layers/decode.c) with the uniform given and the
+/* CPU reference for batched sampling: sample_next (layers/sampler.c) with the uniform given and the
  * history as a mask. Every expression that reaches a pick is sample_next's, in the same order and
  * types, so that the two agree bit for bit (tests/test_model.c checks it on random rows); only the
  * top-k threshold is found by a sort instead of sample_next's partial selection, which yields the

@@ -1,13 +1,11 @@
 /* Decoding on the model's one definition: prefill and step are model_forward_state
  * (layers/state.h) on either device, a step through decode_graph_step (layers/decode_graph.h);
- * a batch of sequences steps its live rows together. Sampling is here too. */
+ * a batch of sequences steps its live rows together. Sampling is layers/sampler.c's. */
 #include "layers/decode.h"
 
-#include <math.h>
 #include <stdlib.h>
 
 #include "base/common.h"
-#include "kernels/sample.h"
 
 void decode_init(DecodeState *st, Model *m) {
     memset(st, 0, sizeof *st);
@@ -129,29 +127,4 @@ int decode_batch_step(DecodeBatch *b, const int32_t *tokens, float *logits) {
             memcpy(logits + b->seq_of_row[r0 + r] * out, b->work + r * out, (size_t)out * sizeof(float));
     }
     return b->live;
-}
-
-/* ---- sampling --------------------------------------------------------------------------------------- */
-
-/* One row through the batched sampler's CPU form (kernels/sample.h), which is also the CUDA
- * sampler's reference: the history becomes its mask, and the one uniform a sampled token takes is
- * drawn here, none for a greedy pick. */
-int sample_next(float *logits, int n, const SampleParams *p, const int32_t *history, int64_t n_hist, Rng *rng) {
-    unsigned char *seen = NULL;
-    if (p->repetition_penalty > 0 && p->repetition_penalty != 1 && history && n_hist > 0) {
-        seen = (unsigned char *)xcalloc((size_t)n, 1);
-        for (int64_t i = 0; i < n_hist; i++)
-            if (history[i] >= 0 && history[i] < n) seen[history[i]] = 1;
-    }
-    const double u = p->temperature > 0 ? rng_uniform(rng) : 0;
-    int32_t pick = 0;
-    SampleArgs a = {logits, seen, &u, &pick, 1, n, n, p->temperature, p->top_k, p->top_p, p->repetition_penalty};
-    sample_rows_cpu(&a);
-    free(seen);
-    return pick;
-}
-
-int sample_logits(float *logits, int n, double temperature, int top_k, Rng *rng) {
-    SampleParams p = {temperature, top_k, 1.0, 1.0};
-    return sample_next(logits, n, &p, NULL, 0, rng);
 }

@@ -69,19 +69,3 @@ void decode_batch_prefill(DecodeBatch *b, const int32_t *ids, const int64_t *len
  * of logits [n, out]; tokens[i] < 0 ends sequence i instead (its row of logits is left as it was).
  * Ended sequences' tokens are not read. Returns the number of live sequences. */
 int decode_batch_step(DecodeBatch *b, const int32_t *tokens, float *logits);
-
-/* Sampling settings: temperature <= 0 is greedy (argmax); top_k > 0 keeps the k most likely tokens;
- * 0 < top_p < 1 keeps the smallest set whose probability reaches top_p (after top-k); a
- * repetition_penalty != 1 divides positive logits (multiplies negative ones) of tokens already
- * in `history`, as Hugging Face's RepetitionPenaltyLogitsProcessor does. */
-typedef struct SampleParams {
-    double temperature;
-    int top_k;
-    double top_p;
-    double repetition_penalty;
-} SampleParams;
-
-/* The next token from logits [n] (modified in place); history [n_hist] may be NULL. */
-int sample_next(float *logits, int n, const SampleParams *p, const int32_t *history, int64_t n_hist, Rng *rng);
-/* sample_next with temperature and top-k only. */
-int sample_logits(float *logits, int n, double temperature, int top_k, Rng *rng);

@@ -17,6 +17,7 @@
 #include "kernels/sample.h"
 #include "layers/decode.h"
 #include "layers/model.h"
+#include "layers/sampler.h"
 #include "train/checkpoint.h"
 #include "tools/model_gradcheck.h"
 #include "train/train.h"
@@ -647,6 +648,76 @@ START_TEST(sample_rows_match_sample_next) {
 }
 END_TEST
 
+/* A Sampler picks for a batch what sample_next gives each sequence alone, with a generator seeded
+ * alike and the sequence's history: over steps where sequences end at different times (the first,
+ * one in the middle, then all), greedy and sampled, with the repetition penalty off, above 1 and
+ * below 1 (the prompt and every observed token seen, ids past n_tok among them), in rows wider than
+ * n_tok whose padding holds the largest logits. An ended sequence gets -1 and draws nothing, and the
+ * caller's logits are left as they were. */
+START_TEST(sampler_matches_sample_next) {
+    static const SampleParams ps[] = {
+        {0, 0, 1, 1}, {0, 0, 1, 1.3}, {0.9, 0, 1, 1}, {0.8, 5, 1, 1.2}, {1, 0, 0.9, 0.7}, {1.2, 20, 0.95, 2},
+    };
+    enum { N = 5, STEPS = 14, MAXP = 12 };
+    static const int ends[STEPS] = {-1, -1, -1, 0, -1, -1, 2, -1, -1, 4, -1, 1, 3, -1}; /* who ends before a step */
+    Rng r;
+    rng_seed(&r, 23);
+    for (int k = 0; k < (int)GDP_ARRAY_LEN(ps); k++) {
+        const SampleParams *p = &ps[k];
+        const int n_tok = 30 + 9 * k;
+        const int64_t v = n_tok + 3;
+        Sampler s;
+        sampler_init(&s, N, n_tok, v, p, 77);
+        Rng alone[N];
+        int32_t hist[N][MAXP + STEPS];
+        int64_t nh[N];
+        bool ended[N];
+        for (int i = 0; i < N; i++) {
+            nh[i] = 1 + (int64_t)rng_below(&r, MAXP);
+            for (int64_t t = 0; t < nh[i]; t++) hist[i][t] = (int32_t)rng_below(&r, (uint64_t)v);
+            sampler_start(&s, i, hist[i], nh[i]);
+            rng_seed(&alone[i], 77);
+            ended[i] = false;
+        }
+        float *logits = (float *)xmalloc((size_t)(N * v) * sizeof(float));
+        float *before = (float *)xmalloc((size_t)(N * v) * sizeof(float));
+        float *row = (float *)xmalloc((size_t)v * sizeof(float));
+        for (int step = 0; step < STEPS; step++) {
+            if (ends[step] >= 0) ended[ends[step]] = true;
+            for (int64_t j = 0; j < N * v; j++)
+                logits[j] = j % v >= n_tok  ? 100.0f
+                          : step % 3 == 2 ? (float)((int)rng_below(&r, 4) - 1) /* ties */
+                                          : (float)(2 * rng_normal(&r));
+            memcpy(before, logits, (size_t)(N * v) * sizeof(float));
+            int32_t next[N];
+            sampler_pick(&s, logits, ended, next);
+            ck_assert_msg(!memcmp(before, logits, (size_t)(N * v) * sizeof(float)), "sampler_pick changed the logits");
+            for (int i = 0; i < N; i++) {
+                if (ended[i]) {
+                    ck_assert_msg(next[i] == -1, "settings %d step %d: ended sequence %d got %d", k, step, i, next[i]);
+                    continue;
+                }
+                memcpy(row, logits + i * v, (size_t)v * sizeof(float));
+                const int want = sample_next(row, n_tok, p, hist[i], nh[i], &alone[i]);
+                ck_assert_msg(next[i] == want, "settings %d step %d sequence %d: sampler %d, sample_next %d", k, step,
+                              i, next[i], want);
+                /* a caller may step with a token of its own, even one the tokenizer lacks */
+                const int32_t t = step % 4 == 3   ? n_tok + (int32_t)rng_below(&r, 3)
+                                  : step % 4 == 1 ? (int32_t)rng_below(&r, (uint64_t)n_tok)
+                                                  : next[i];
+                hist[i][nh[i]++] = t;
+                sampler_observe(&s, i, t);
+            }
+        }
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(!memcmp(&s.rng[i], &alone[i], sizeof(Rng)),
+                          "settings %d: sequence %d's generator drew other than sample_next did alone", k, i);
+        free(logits), free(before), free(row);
+        sampler_free(&s);
+    }
+}
+END_TEST
+
 /* The batched samplers' argument checks (shared by sample_rows_cpu and sample_rows_cuda). */
 START_TEST(sample_rows_rejects_n_tok_past_v) {
     float l[4] = {0};
@@ -881,6 +952,7 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, prefill_matches_decode_both_modes);
     tcase_add_test(tc, sampling);
     tcase_add_test(tc, sample_rows_match_sample_next);
+    tcase_add_test(tc, sampler_matches_sample_next);
     tcase_add_exit_test(tc, sample_rows_rejects_n_tok_past_v, 1);
     tcase_add_exit_test(tc, sample_rows_needs_u_to_sample, 1);
     tcase_add_test(tc, tiny_model_learns_text);

@@ -9,6 +9,7 @@
 #include "data/tokenizer.h"
 #include "layers/decode.h"
 #include "layers/model.h"
+#include "layers/sampler.h"
 #include "train/cli/cli.h"
 #include "train/cli/commands.h"
 #include "train/train.h"
@@ -143,21 +144,18 @@ static void emit(const GenRun *g, const ByteBuf *out, size_t from, size_t to) {
     fflush(stdout);
 }
 
-/* One continuation of a group: its tokens (prompt first), its text, and whether it has ended. */
+/* One continuation of a group: the tokens it has made and their text, the first `shown` bytes printed. */
 typedef struct Seq {
-    int32_t *hist;
-    int64_t np, made;
+    int64_t made;
     ByteBuf out;
     size_t shown;
-    Rng rng;
-    bool done;
 } Seq;
 
 /* Appends token t to s's continuation; true when the stop string has now appeared (the text is cut
  * before it). keep = strlen(stop) - 1: the bytes held back from streaming, since a stop string may
  * straddle tokens. */
 static bool seq_append(const GenRun *g, Seq *s, int t, size_t keep) {
-    s->hist[s->np + s->made++] = t;
+    s->made++;
     size_t len = 0;
     const uint8_t *b = tokenizer_token_bytes(g->tok, (uint32_t)t, &len);
     bytebuf_append(&s->out, b, len);
@@ -169,33 +167,36 @@ static bool seq_append(const GenRun *g, Seq *s, int t, size_t keep) {
 }
 
 /* Prompts [first, first + n) decoded together: each prompt's prefill, then a step of every live
- * sequence per token, each sampled from its own logits with its own generator (seeded alike, so a
- * prompt's continuation does not depend on the batch it is in), until --tokens, the stop token or
- * the stop string. Prints each continuation when the group is done (or streams, one prompt alone).
- * Adds the tokens made and the prefill and decode seconds to the totals. */
+ * sequence per token, each sampled from its own logits by the group's Sampler (a generator per
+ * sequence, seeded alike, so a prompt's continuation does not depend on the batch it is in), until
+ * --tokens, the stop token or the stop string. Prints each continuation when the group is done (or
+ * streams, one prompt alone). Adds the tokens made and the prefill and decode seconds to the totals. */
 static void generate_group(const GenRun *g, const Prompts *p, int first, int n, GenTotals *tot) {
     const GenArgs *a = g->a;
     const int64_t V = cfg_out_dim(&g->m->cfg);
     const size_t keep = a->stop ? strlen(a->stop) - 1 : 0;
     const SampleParams sp = {a->temperature, a->top_k, a->top_p, a->rep_penalty};
     Seq *sq = (Seq *)xcalloc((size_t)n, sizeof(Seq));
+    bool *done = (bool *)xmalloc((size_t)n * sizeof(bool));
+    Sampler smp;
+    sampler_init(&smp, n, g->tok->vocab, V, &sp, a->seed);
     int64_t *lens = (int64_t *)xmalloc((size_t)n * sizeof(int64_t)), total = 0;
+    int32_t *ids = NULL;
     for (int i = 0; i < n; i++) {
         const char *text = p->text[first + i];
         const size_t plen = p->len[first + i];
         uint32_t *ptoks = (uint32_t *)xmalloc((plen + 1) * sizeof(uint32_t));
         const int64_t np = tokenizer_encode(g->tok, (const uint8_t *)text, plen, ptoks);
         GDP_CHECK(np > 0, "generate: the prompt '%.40s' encodes to no tokens", text);
-        sq[i].hist = (int32_t *)xmalloc((size_t)(np + a->tokens + 1) * sizeof(int32_t));
-        for (int64_t t = 0; t < np; t++) sq[i].hist[t] = (int32_t)ptoks[t];
+        ids = (int32_t *)xrealloc(ids, (size_t)(total + np) * sizeof(int32_t));
+        for (int64_t t = 0; t < np; t++) ids[total + t] = (int32_t)ptoks[t];
         free(ptoks);
-        sq[i].np = lens[i] = np, total += np;
-        rng_seed(&sq[i].rng, a->seed);
-        sq[i].done = a->tokens == 0;
+        sampler_start(&smp, i, ids + total, np);
+        lens[i] = np, total += np;
+        done[i] = a->tokens == 0;
     }
-    int32_t *ids = (int32_t *)xmalloc((size_t)total * sizeof(int32_t)), *next = (int32_t *)xmalloc((size_t)n * sizeof(int32_t));
-    for (int i = 0, off = 0; i < n; off += (int)sq[i].np, i++) memcpy(ids + off, sq[i].hist, (size_t)sq[i].np * sizeof(int32_t));
-    float *logits = (float *)xmalloc((size_t)(n * V) * sizeof(float)), *work = (float *)xmalloc((size_t)V * sizeof(float));
+    int32_t *next = (int32_t *)xmalloc((size_t)n * sizeof(int32_t));
+    float *logits = (float *)xmalloc((size_t)(n * V) * sizeof(float));
     if (!a->prompts) print_bytes((const uint8_t *)p->text[first], p->len[first]), fflush(stdout);
 
     DecodeBatch b;
@@ -206,24 +207,25 @@ static void generate_group(const GenRun *g, const Prompts *p, int first, int n, 
     tot->prefill_s += gdp_now_seconds() - t, tot->prompt_tokens += total;
     t = gdp_now_seconds();
     for (int live = n; live > 0;) {
+        sampler_pick(&smp, logits, done, next);
         for (int i = 0; i < n; i++) {
+            if (done[i]) continue;
             Seq *s = &sq[i];
+            const int tok = next[i];
             next[i] = -1;
-            if (s->done) continue;
-            memcpy(work, logits + i * V, (size_t)V * sizeof(float)); /* sample_next edits what it is given */
-            const int tok = sample_next(work, g->tok->vocab, &sp, s->hist, s->np + s->made, &s->rng);
             if (tok == g->stop_token) {
-                s->done = true;
+                done[i] = true;
                 continue;
             }
+            sampler_observe(&smp, i, tok);
             const bool stopped = seq_append(g, s, tok, keep);
-            s->done = stopped || s->made == a->tokens;
+            done[i] = stopped || s->made == a->tokens;
             if (a->stream && s->out.len > s->shown + (stopped ? 0 : keep)) {
                 const size_t to = stopped ? s->out.len : s->out.len - keep;
                 emit(g, &s->out, s->shown, to);
                 s->shown = to;
             }
-            if (!s->done) next[i] = tok; /* the last token needs no step */
+            if (!done[i]) next[i] = tok; /* the last token needs no step */
         }
         live = 0;
         for (int i = 0; i < n; i++) live += next[i] >= 0;
@@ -235,11 +237,11 @@ static void generate_group(const GenRun *g, const Prompts *p, int first, int n, 
         printf("\n");
         tot->made += sq[i].made;
         bytebuf_free(&sq[i].out);
-        free(sq[i].hist);
     }
     fflush(stdout);
     decode_batch_free(&b);
-    free(sq), free(lens), free(ids), free(next), free(logits), free(work);
+    sampler_free(&smp);
+    free(sq), free(done), free(lens), free(ids), free(next), free(logits);
 }
 
 int cmd_generate(int argc, char **argv) {
