@@ -80,24 +80,24 @@ void decode_batch_prefill(DecodeBatch *b, const int32_t *ids, const int64_t *len
     const int64_t out = cfg_out_dim(&b->m->cfg);
     int64_t off = 0;
     for (int i = 0; i < b->n; i++) {
-        GDP_CHECK(lens[i] >= 1, "decode batch: prompt %d has %lld tokens: each needs at least 1", i,
-                  (long long)lens[i]);
+        GDP_CHECK(lens[i] >= 0, "decode batch: prompt %d has %lld tokens", i, (long long)lens[i]);
         for (int64_t t = 0; t < lens[i]; t++) check_token(b->m, ids[off + t]);
         off += lens[i];
     }
     model_state_reset(&b->state);
     off = 0;
+    b->live = 0;
     for (int i = 0; i < b->n; i++) {
+        b->ended[i] = lens[i] == 0;
+        if (b->ended[i]) continue;
         /* Each prompt alone in its row: the chunked forward needs one length for its rows. */
         ModelState row;
-        model_state_rows(&row, &b->state, i, 1);
+        model_state_rows(&row, &b->state, b->live, 1);
         model_prefill_host(b->m, &row, ids + off, lens[i], DECODE_PREFILL_CHUNK, logits + i * out);
         model_state_free(&row);
-        b->seq_of_row[i] = i;
-        b->ended[i] = false;
+        b->seq_of_row[b->live++] = i;
         off += lens[i];
     }
-    b->live = b->n;
 }
 
 int decode_batch_step(DecodeBatch *b, const int32_t *tokens, float *logits) {

@@ -61,9 +61,10 @@ typedef struct DecodeBatch {
 
 void decode_batch_init(DecodeBatch *b, Model *m, int n);
 void decode_batch_free(DecodeBatch *b);
-/* Every sequence starts over: sequence i reads the lens[i] >= 1 tokens after those of sequences
- * 0..i-1 in ids (each in the vocabulary), and row i of logits [n, out] gets its logits after its
- * last token. Every sequence is live after it. */
+/* Every sequence starts over: sequence i reads the lens[i] tokens after those of sequences 0..i-1
+ * in ids (each in the vocabulary), and row i of logits [n, out] gets its logits after its last
+ * token. Every sequence with lens[i] >= 1 is live after it; one with lens[i] = 0 is ended (a batch
+ * kept for later prompts runs fewer sequences without new buffers or graphs). */
 void decode_batch_prefill(DecodeBatch *b, const int32_t *ids, const int64_t *lens, float *logits);
 /* Every live sequence i consumes tokens[i] (in the vocabulary) and gets the logits after it in row i
  * of logits [n, out]; tokens[i] < 0 ends sequence i instead (its row of logits is left as it was).

@@ -29,6 +29,11 @@ E
     line=$(sed -n "${i}p" "$TMP/batch.txt")
     [ "$line" = "$alone" ] && ok "prompt $i in a batch = alone" || bad "prompt $i: batch '$line' vs alone '$alone'"
 done <"$TMP/prompts.txt"
+# groups of 2: the second group has one prompt and leaves the batch's other row empty
+# shellcheck disable=SC2086
+gen --prompts "$TMP/prompts.txt" --batch 2 $SAMPLE >"$TMP/batch2.txt"
+cmp -s "$TMP/batch.txt" "$TMP/batch2.txt" && ok "--batch 2 over 3 prompts = --batch 3" ||
+    bad "--batch 2 over 3 prompts differs from --batch 3: $(diff "$TMP/batch.txt" "$TMP/batch2.txt" | head -5)"
 
 full=$(gen --prompt "static int" --tokens 20 --temperature 0)
 stream=$(gen --prompt "static int" --tokens 20 --temperature 0 --stream)

@@ -122,11 +122,16 @@ static void read_prompts(const char *path, Prompts *p) {
     GDP_CHECK(p->n > 0, "generate: --prompts %s holds no prompt (one per line)", path);
 }
 
+/* One DecodeBatch and Sampler of `rows` sequences serve every group of prompts: a group of fewer
+ * prompts (the last) leaves rows ended, so no group allocates buffers or captures graphs again. */
 typedef struct GenRun {
     Model *m;
     Tokenizer *tok;
     const GenArgs *a;
     int stop_token; /* -2: none */
+    int rows;
+    DecodeBatch dec;
+    Sampler smp;
 } GenRun;
 
 typedef struct GenTotals {
@@ -166,22 +171,22 @@ static bool seq_append(const GenRun *g, Seq *s, int t, size_t keep) {
     return hit != NULL;
 }
 
-/* Prompts [first, first + n) decoded together: each prompt's prefill, then a step of every live
- * sequence per token, each sampled from its own logits by the group's Sampler (a generator per
- * sequence, seeded alike, so a prompt's continuation does not depend on the batch it is in), until
- * --tokens, the stop token or the stop string. Prints each continuation when the group is done (or
- * streams, one prompt alone). Adds the tokens made and the prefill and decode seconds to the totals. */
-static void generate_group(const GenRun *g, const Prompts *p, int first, int n, GenTotals *tot) {
+/* Prompts [first, first + n) decoded together (n <= g->rows): each prompt's prefill, then a step
+ * of every live sequence per token, each sampled from its own logits by the Sampler (a generator
+ * per sequence, seeded alike, so a prompt's continuation does not depend on the batch it is in),
+ * until --tokens, the stop token or the stop string. Prints each continuation when the group is done
+ * (or streams, one prompt alone). Adds the tokens made and the prefill and decode seconds to the
+ * totals. */
+static void generate_group(GenRun *g, const Prompts *p, int first, int n, GenTotals *tot) {
     const GenArgs *a = g->a;
     const int64_t V = cfg_out_dim(&g->m->cfg);
     const size_t keep = a->stop ? strlen(a->stop) - 1 : 0;
-    const SampleParams sp = {a->temperature, a->top_k, a->top_p, a->rep_penalty};
-    Seq *sq = (Seq *)xcalloc((size_t)n, sizeof(Seq));
-    bool *done = (bool *)xmalloc((size_t)n * sizeof(bool));
-    Sampler smp;
-    sampler_init(&smp, n, g->tok->vocab, V, &sp, a->seed);
-    int64_t *lens = (int64_t *)xmalloc((size_t)n * sizeof(int64_t)), total = 0;
+    const int rows = g->rows;
+    Seq *sq = (Seq *)xcalloc((size_t)rows, sizeof(Seq));
+    bool *done = (bool *)xmalloc((size_t)rows * sizeof(bool));
+    int64_t *lens = (int64_t *)xcalloc((size_t)rows, sizeof(int64_t)), total = 0;
     int32_t *ids = NULL;
+    for (int i = n; i < rows; i++) done[i] = true; /* rows this group leaves empty (lens 0) */
     for (int i = 0; i < n; i++) {
         const char *text = p->text[first + i];
         const size_t plen = p->len[first + i];
@@ -191,24 +196,22 @@ static void generate_group(const GenRun *g, const Prompts *p, int first, int n, 
         ids = (int32_t *)xrealloc(ids, (size_t)(total + np) * sizeof(int32_t));
         for (int64_t t = 0; t < np; t++) ids[total + t] = (int32_t)ptoks[t];
         free(ptoks);
-        sampler_start(&smp, i, ids + total, np);
+        sampler_start(&g->smp, i, ids + total, np);
         lens[i] = np, total += np;
         done[i] = a->tokens == 0;
     }
-    int32_t *next = (int32_t *)xmalloc((size_t)n * sizeof(int32_t));
-    float *logits = (float *)xmalloc((size_t)(n * V) * sizeof(float));
+    int32_t *next = (int32_t *)xmalloc((size_t)rows * sizeof(int32_t));
+    float *logits = (float *)xmalloc((size_t)(rows * V) * sizeof(float));
     if (!a->prompts) print_bytes((const uint8_t *)p->text[first], p->len[first]), fflush(stdout);
 
-    DecodeBatch b;
-    decode_batch_init(&b, g->m, n);
     double t = gdp_now_seconds();
-    decode_batch_prefill(&b, ids, lens, logits);
+    decode_batch_prefill(&g->dec, ids, lens, logits);
     device_synchronize(g->m->ctx->device);
     tot->prefill_s += gdp_now_seconds() - t, tot->prompt_tokens += total;
     t = gdp_now_seconds();
     for (int live = n; live > 0;) {
-        sampler_pick(&smp, logits, done, next);
-        for (int i = 0; i < n; i++) {
+        sampler_pick(&g->smp, logits, done, next);
+        for (int i = 0; i < rows; i++) {
             if (done[i]) continue;
             Seq *s = &sq[i];
             const int tok = next[i];
@@ -217,7 +220,7 @@ static void generate_group(const GenRun *g, const Prompts *p, int first, int n, 
                 done[i] = true;
                 continue;
             }
-            sampler_observe(&smp, i, tok);
+            sampler_observe(&g->smp, i, tok);
             const bool stopped = seq_append(g, s, tok, keep);
             done[i] = stopped || s->made == a->tokens;
             if (a->stream && s->out.len > s->shown + (stopped ? 0 : keep)) {
@@ -228,8 +231,8 @@ static void generate_group(const GenRun *g, const Prompts *p, int first, int n, 
             if (!done[i]) next[i] = tok; /* the last token needs no step */
         }
         live = 0;
-        for (int i = 0; i < n; i++) live += next[i] >= 0;
-        if (live > 0) decode_batch_step(&b, next, logits);
+        for (int i = 0; i < rows; i++) live += next[i] >= 0;
+        if (live > 0) decode_batch_step(&g->dec, next, logits);
     }
     tot->decode_s += gdp_now_seconds() - t;
     for (int i = 0; i < n; i++) {
@@ -239,8 +242,6 @@ static void generate_group(const GenRun *g, const Prompts *p, int first, int n, 
         bytebuf_free(&sq[i].out);
     }
     fflush(stdout);
-    decode_batch_free(&b);
-    sampler_free(&smp);
     free(sq), free(done), free(lens), free(ids), free(next), free(logits);
 }
 
@@ -289,9 +290,14 @@ int cmd_generate(int argc, char **argv) {
     GDP_CHECK(!a.stop_token_set || (stop_token >= 0 && stop_token < m.cfg.vocab_size),
               "generate: --stop-token %d is not a token of the model%s", a.stop_token,
               a.stop_token < 0 ? " (the tokenizer has no end-of-text token: give its id)" : "");
-    GenRun g = {&m, tok, &a, stop_token};
+    GenRun g = {.m = &m, .tok = tok, .a = &a, .stop_token = stop_token, .rows = GDP_MIN(a.batch, ps_in.n)};
+    const SampleParams sp = {a.temperature, a.top_k, a.top_p, a.rep_penalty};
+    decode_batch_init(&g.dec, &m, g.rows);
+    sampler_init(&g.smp, g.rows, tok->vocab, cfg_out_dim(&m.cfg), &sp, a.seed);
     GenTotals tot = {0};
-    for (int i = 0; i < ps_in.n; i += a.batch) generate_group(&g, &ps_in, i, GDP_MIN(a.batch, ps_in.n - i), &tot);
+    for (int i = 0; i < ps_in.n; i += g.rows) generate_group(&g, &ps_in, i, GDP_MIN(g.rows, ps_in.n - i), &tot);
+    decode_batch_free(&g.dec);
+    sampler_free(&g.smp);
     const double dt = tot.prefill_s + tot.decode_s;
     fflush(stdout); /* the sample ends before the stats line when both streams go to one file */
     fprintf(stderr,
