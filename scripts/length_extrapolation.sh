@@ -13,6 +13,7 @@
 #
 # env: DATA     a gdp prepare folder, shards or a text file (default: the GCIDE corpus,
 #               scripts/prepare_gcide.sh; a bigger corpus is better, see the doc)
+#      PRESET   the model preset (default small; tiny for a study on a CPU)
 #      DEVICE   cuda (default) or cpu          STEPS  optimizer steps (default 4000)
 #      BATCH    sequences a step (default 32)  SEQ    training length (default 512)
 #      LR       peak learning rate (default 1e-3, cosine)   SEED  (default 1)
@@ -48,7 +49,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
         fi
     fi
 else
-    preset=small
+    preset=${PRESET:-small}
     : "${DATA:=$(GDP=$gdp sh scripts/prepare_gcide.sh)}"
 fi
 device=${DEVICE:-cuda}
