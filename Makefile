@@ -137,8 +137,10 @@ test: $(VECTORS) $(BUILD)/gdp $(BUILD)/libgdpmodel.so $(BUILD)/examples/generate
 test-gpu: $(VECTORS) $(BUILD)/gdp $(if $(NVCC),$(GPU_TEST_BIN))
 	@BUILD=$(BUILD) sh tests/run_gpu.sh $(if $(NVCC),$(GPU_TEST_BIN))
 
+# Sanitized code runs several times slower (forks of a sanitized process most of all): Check's
+# per-test timeouts get 4x.
 test-asan:
-	+$(MAKE) BUILD=build-asan NO_CUDA=1 EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	+CK_TIMEOUT_MULTIPLIER=4 $(MAKE) BUILD=build-asan NO_CUDA=1 EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" test
 
 test-dist: $(BUILD)/gdp $(BUILD)/tests/test_dist_mpi
