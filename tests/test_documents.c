@@ -38,7 +38,7 @@ static void expect_packed_equals_alone(GdpMode mode, bool loss_across) {
     double *g = (double *)xmalloc(sizeof(double) << 20), *ga = (double *)xmalloc(sizeof(double) << 20);
     int64_t n = 0, na = 0;
     double l = docs_case_packed(&c, DEV_CPU, GDP_F64, false, loss_across, g, &n);
-    double la = docs_case_alone(&c, DEV_CPU, GDP_F64, loss_across, ga, &na);
+    double la = docs_case_alone(&c, DEV_CPU, GDP_F64, false, loss_across, ga, &na);
     ck_assert(n == na && n > 0 && n < (1 << 20));
     const double e = docs_case_rel_err(g, ga, n);
     ck_assert_msg(fabs(l - la) <= 1e-12 * fabs(la), "%s, loss across %d: loss %.17g packed, %.17g alone",
@@ -121,7 +121,7 @@ START_TEST(corpus_documents_equal_separate_runs) {
         int64_t ng = 0, na = 0;
         const bool across = batch != 2;
         double lp = docs_case_packed(&c, DEV_CPU, GDP_F64, false, across, g, &ng);
-        double la = docs_case_alone(&c, DEV_CPU, GDP_F64, across, ga, &na);
+        double la = docs_case_alone(&c, DEV_CPU, GDP_F64, false, across, ga, &na);
         const double e = docs_case_rel_err(g, ga, ng);
         ck_assert(ng == na && ng > 0);
         ck_assert_msg(fabs(lp - la) <= 1e-12 * fabs(la), "batch %d: loss %.17g packed, %.17g alone", batch, lp, la);

@@ -104,9 +104,10 @@ static inline double docs_case_packed(const DocsCase *c, Device dev, DType dt, b
     return l;
 }
 
-/* Every document alone (a fresh model with the same parameters each), combined as the batch's mean. */
-static inline double docs_case_alone(const DocsCase *c, Device dev, DType dt, bool loss_across, double *grads,
-                                     int64_t *n_grads) {
+/* Every document alone (a fresh model with the same parameters each), combined as the batch's mean.
+ * autocast_bf16 as for docs_case_packed. */
+static inline double docs_case_alone(const DocsCase *c, Device dev, DType dt, bool autocast_bf16, bool loss_across,
+                                     double *grads, int64_t *n_grads) {
     int64_t counted = 0;
     for (int i = 0; i < DOCS_CASE_N; i++) counted += loss_across || c->ids[i] != c->eot;
     double loss = 0;
@@ -125,6 +126,7 @@ static inline double docs_case_alone(const DocsCase *c, Device dev, DType dt, bo
                 n_d += tg[t] >= 0;
             }
             Ctx *ctx = ctx_create(dev, ctx_default_sizes());
+            ctx->autocast_bf16 = autocast_bf16, ctx->bf16_activations = autocast_bf16;
             Model m;
             Tensor *params[DOCS_CASE_MAX_PARAMS];
             const int n = docs_case_model(c, ctx, dt, &m, params, DOCS_CASE_MAX_PARAMS);

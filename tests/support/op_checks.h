@@ -112,15 +112,17 @@ static inline void op_arg_check_child(const OpArgCheck *c, Device dev) {
  * fork): `<program> --op-arg-check <index>`. */
 #define OP_ARG_CHECK_FLAG "--op-arg-check"
 
-/* Runs check c (number `index` of op_arg_checks) in a child process with its stderr captured;
- * exe NULL: a plain fork, else fork and exec exe with OP_ARG_CHECK_FLAG. Returns true if the outcome
- * is the expected one, else false with the reason in why. */
-static inline bool op_arg_check_run(const OpArgCheck *c, int index, Device dev, const char *exe, char *why, size_t cap) {
+/* A check running in a child process: its pid and the read end of its stderr. */
+typedef struct OpArgCheckProc {
+    pid_t pid;
+    int fd;
+} OpArgCheckProc;
+
+/* Starts check c (number `index` of op_arg_checks) in a child process with its stderr captured;
+ * exe NULL: a plain fork, else fork and exec exe with OP_ARG_CHECK_FLAG. pid -1: no pipe. */
+static inline OpArgCheckProc op_arg_check_start(const OpArgCheck *c, int index, Device dev, const char *exe) {
     int fd[2];
-    if (pipe(fd) != 0) {
-        snprintf(why, cap, "pipe failed");
-        return false;
-    }
+    if (pipe(fd) != 0) return (OpArgCheckProc){-1, -1};
     fflush(stdout), fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
@@ -136,12 +138,25 @@ static inline bool op_arg_check_run(const OpArgCheck *c, int index, Device dev, 
         op_arg_check_child(c, dev);
     }
     close(fd[1]);
+    return (OpArgCheckProc){pid, fd[0]};
+}
+
+/* Waits for check c's child p. Returns true if the outcome is the expected one, else false with the
+ * reason in why. A child's message is a line or two, well within a pipe's buffer, so children
+ * started together can be finished in any order. */
+static inline bool op_arg_check_finish(const OpArgCheck *c, OpArgCheckProc p, char *why, size_t cap) {
+    if (p.pid < 0) {
+        snprintf(why, cap, "%s input %d: pipe failed", c->def->name, c->input);
+        return false;
+    }
+    const int fd0 = p.fd;
+    const pid_t pid = p.pid;
     char msg[2048];
     size_t len = 0;
     ssize_t got;
-    while ((got = read(fd[0], msg + len, sizeof msg - 1 - len)) > 0) len += (size_t)got;
+    while ((got = read(fd0, msg + len, sizeof msg - 1 - len)) > 0) len += (size_t)got;
     msg[len] = 0;
-    close(fd[0]);
+    close(fd0);
     int status = 0;
     waitpid(pid, &status, 0);
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -169,6 +184,11 @@ static inline bool op_arg_check_run(const OpArgCheck *c, int index, Device dev, 
         return false;
     }
     return true;
+}
+
+/* Runs check c to its end: op_arg_check_start, then op_arg_check_finish. */
+static inline bool op_arg_check_run(const OpArgCheck *c, int index, Device dev, const char *exe, char *why, size_t cap) {
+    return op_arg_check_finish(c, op_arg_check_start(c, index, dev, exe), why, cap);
 }
 
 /* For OP_ARG_CHECK_FLAG in a test program's main: runs check `index` here and exits. */
