@@ -14,6 +14,8 @@ static const PlanCase cases[] = {
     {"tiny", {NULL}, 2, 96, false, true, NULL, false, false, 16, false},
     {"tiny", {NULL}, 3, 100, false, true, NULL, false, false, 16, false}, /* 100 = 4 + 6 x 16 */
     {"tiny", {NULL}, 2, 320, false, false, NULL, false, false, 0, false}, /* the default period */
+    /* 3 slots: chunks of 21 tokens, the default period 63 (probes at 111, 174, 237) */
+    {"tiny", {"mode=split", "num_householder=3", "head_dim=48"}, 2, 300, false, false, NULL, false, false, 0, false},
     {"tiny", {"mode=split", "split_mask_trainable=false"}, 2, 96, false, false, NULL, false, false, 16, false},
     {"tiny", {"mode=split", "num_householder=4"}, 2, 96, true, false, NULL, false, false, 16, false},
     {"tiny", {"num_labels=4", "tie_word_embeddings=false"}, 2, 96, false, false, NULL, false, false, 16, false}, /* the tasks' classifier */
@@ -35,8 +37,22 @@ START_TEST(plan_holds_the_step_within_10_percent) {
     printf("%-48s probes %d: acts %zu/%zu grads %zu/%zu scratch %zu/%zu persist %zu\n", name, r.plan.n_probes,
            r.cap[0], r.hw[0], r.cap[1], r.hw[1], r.cap[2], r.hw[2], r.plan.persist);
     ck_assert_msg(plan_case_ok(&r, why, sizeof why), "%s: %s", name, why);
-    const int64_t P = c->probe_period ? c->probe_period : 64;
+    const int64_t P = r.plan.probe_period;
+    if (c->probe_period) ck_assert_int_eq(P, c->probe_period);
     ck_assert_int_eq(r.plan.n_probes, c->seq > c->seq % P + 3 * P ? 3 : 1);
+}
+END_TEST
+
+/* The default period keeps the GDP op's chunks whole: floor(64 / n) tokens each. */
+START_TEST(probe_period_holds_whole_chunks) {
+    static const int slots[7] = {1, 2, 3, 4, 5, 7, 8}, want[7] = {64, 64, 63, 64, 60, 63, 64};
+    for (int i = 0; i < 7; i++) {
+        ModelConfig cfg;
+        ck_assert(model_config_preset(&cfg, "tiny")); /* only the slot count matters */
+        cfg.num_householder = slots[i];
+        ck_assert_int_eq(memory_probe_period(&cfg), want[i]);
+        ck_assert_int_eq(memory_probe_period(&cfg) % gdp_chunk_tokens(slots[i]), 0);
+    }
 }
 END_TEST
 
@@ -120,6 +136,7 @@ static Suite *make_suite(void) {
     TCase *tc = tcase_create("plan");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, plan_holds_the_step_within_10_percent, 0, (int)GDP_ARRAY_LEN(cases));
+    tcase_add_test(tc, probe_period_holds_whole_chunks);
     tcase_add_test(tc, a_run_that_cannot_fit_says_what_to_change);
     tcase_add_exit_test(tc, a_limit_below_the_plan_stops_the_run, 1);
     tcase_add_test(tc, planned_arenas_train_the_same_bits);

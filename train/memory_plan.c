@@ -7,6 +7,7 @@
 #include "base/common.h"
 #include "core/tape.h"
 #include "kernels/adamw.h"
+#include "kernels/gdp/gdp.h"
 #include "layers/module.h"
 #include "train/dist.h"
 
@@ -24,7 +25,6 @@ MemorySpec memory_spec_default(Device dev, int64_t batch, int64_t seq) {
     s.batch = batch, s.seq = seq;
     s.train = true;
     s.world = 1;
-    s.probe_period = 64;
     s.margin = 0.02;
     return s;
 }
@@ -62,6 +62,11 @@ size_t memory_persist_bytes(const ModelConfig *cfg, const MemorySpec *s) {
 /* ---- measuring a step ----------------------------------------------------------------------------- */
 
 static Arena *step_arena(Ctx *ctx, int i) { return i == 0 ? &ctx->acts : i == 1 ? &ctx->grads : &ctx->scratch; }
+
+int64_t memory_probe_period(const ModelConfig *cfg) {
+    const int64_t ct = gdp_chunk_tokens(cfg->num_householder);
+    return 64 / ct * ct;
+}
 
 /* One training step (if s->train) and one evaluation forward at batch x T, recording the step
  * arenas' calls into tr. Token 0 everywhere: no allocation depends on the values. */
@@ -151,8 +156,9 @@ void memory_plan_step(Model *m, const MemorySpec *s, MemoryPlan *plan) {
     Ctx *ctx = m->ctx;
     GDP_CHECK(ctx->acts.used == 0 && ctx->grads.used == 0 && ctx->scratch.used == 0,
               "memory_plan_step: the step arenas must be empty (call it between steps)");
-    const int64_t P = s->probe_period > 0 ? s->probe_period : 64;
+    const int64_t P = s->probe_period > 0 ? s->probe_period : memory_probe_period(&m->cfg);
     size_t hw[N_STEP_ARENAS] = {0};
+    plan->probe_period = P;
     bool done = false;
     if (s->seq > s->seq % P + 3 * P) done = plan_by_extension(m, s, P, hw, plan);
     if (!done) { /* a short sequence: the step itself is the cheapest measure */

@@ -27,7 +27,7 @@ typedef struct MemorySpec {
     size_t limit_bytes;          /* memory the run may use; 0: the GPU's free memory (unchecked on the cpu) */
     /* > 0: a size the user gave (--persist-mem, --act-mem, ...): taken as it is */
     size_t persist_bytes, act_bytes, grad_bytes, scratch_bytes;
-    int64_t probe_period;        /* tokens between the measured lengths (default 64, the GDP op's chunk) */
+    int64_t probe_period;        /* tokens between the measured lengths; 0 (default): memory_probe_period */
     int64_t max_seqs;            /* > 0: documents, at most this many sequences a batch (model_forward_docs):
                                   * the step is measured with that many (at most one a token); 0: none */
     double margin;               /* fraction added to each planned step arena (default 0.02) */
@@ -37,9 +37,16 @@ typedef struct MemoryPlan {
     size_t persist;              /* parameters, their gradients and the optimizer state */
     size_t acts, grads, scratch; /* the step's high water (before the margin), per arena */
     size_t acts_cap, grads_cap, scratch_cap; /* what the arenas get: + margin, or the user's size */
+    int64_t probe_period;        /* the tokens between them */
     int64_t probe_seq[3];        /* the lengths measured; one (the run's own) when --seq is short */
     int n_probes;
 } MemoryPlan;
+
+/* The default probe period: the most tokens up to 64 that hold whole chunks of the GDP op
+ * (gdp_chunk_tokens: 64 at n = 1, 2, 4; 63 at n = 3, whose chunks hold 21 tokens), so that every
+ * buffer that grows by whole chunks grows by the same amount from one probe to the next and is
+ * extended exactly. */
+int64_t memory_probe_period(const ModelConfig *cfg);
 
 /* Defaults for a training step of batch x seq on dev: no optimizer, no limit, no user sizes. */
 MemorySpec memory_spec_default(Device dev, int64_t batch, int64_t seq);

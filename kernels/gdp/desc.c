@@ -38,6 +38,8 @@ GdpSizes gdp_sizes(const GdpDesc *d) {
     return s;
 }
 
+int gdp_chunk_tokens(int n) { return n >= 1 && n <= 64 ? 64 / n : 1; }
+
 GdpStatus gdp_validate(const GdpDesc *d) {
     if (!d) return gdp_fail(GDP_ERR_INVALID, "gdp: the descriptor is NULL");
     if (d->mode != GDP_MODE_HOUSEHOLDER && d->mode != GDP_MODE_SPLIT)

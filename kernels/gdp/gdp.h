@@ -80,6 +80,10 @@ typedef enum GdpStatus {
     GDP_ERR_INTERNAL = 5,    /* a bug in gdp (the message says where) */
 } GdpStatus;
 
+/* Tokens in one chunk of the CUDA path with n slots a token: floor(64 / n), so that a chunk never
+ * cuts a token's slots. Its workspace and saved buffer grow by whole chunks of this many tokens. */
+int gdp_chunk_tokens(int n);
+
 /* What is wrong with the last failing call, in words (thread-local). */
 const char *gdp_last_error(void);
 /* Checks a descriptor for either path; GDP_OK or GDP_ERR_INVALID with gdp_last_error() set. */

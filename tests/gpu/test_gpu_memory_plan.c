@@ -2,8 +2,8 @@
  * activations, the latter with and without the GEMM operand copies) and recompute mode planned
  * within 10% above the step's measured high water (acts, grads, scratch: the GDP op's saved buffer
  * and workspace, the bf16 copies), the parameter arena exact. A sequence of 1000 is extended from
- * probes at 104, 168 and 232 tokens; split mode with 3 slices has chunks of 21 tokens, which the
- * probes' period does not keep whole (the bounded extension). */
+ * probes at 104, 168 and 232 tokens; with 3 slices, whose chunks hold 21 tokens, from probes 63
+ * tokens apart (memory_probe_period), at 145, 208 and 271. */
 #include "tests/gpu/gpu_test.h"
 #include "tests/support/memory_plan_cases.h"
 
