@@ -73,7 +73,7 @@ static inline void gdp_layout_make(const GdpDesc *d, GdpLayout *p) {
     p->V = d->V;
     p->KP = (d->K + 31) / 32 * 32;
     p->VP = (d->V + 31) / 32 * 32;
-    p->Ct = d->n <= GDP_CHUNK ? GDP_CHUNK / d->n : 1;
+    p->Ct = gdp_chunk_tokens(d->n);
     p->Ctp = (p->Ct + 15) / 16 * 16;
     p->N = d->cu_seqlens ? d->n_seqs : d->B;
     p->NCmax = d->cu_seqlens ? (d->T + p->Ct - 1) / p->Ct + p->N : d->B * ((d->T + p->Ct - 1) / p->Ct);
