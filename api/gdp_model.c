@@ -26,14 +26,21 @@ struct GdpModel {
     Tokenizer *tok;
 };
 
+/* A prefill or step samples each live sequence where its logits are (decode_batch_*_pick: on CUDA only
+ * the ids come back) for the gdp_batch_sample that follows, which returns those tokens; a later
+ * sample from the same logits draws again, on the host. A step that finds its predecessor's tokens
+ * not taken gives their draws back first, so that a generator draws for the samples returned alone,
+ * as when sampling waited for gdp_batch_sample. */
 struct GdpBatch {
     GdpModel *model;
     int n;
-    int64_t V;        /* logits per sequence */
-    float *logits;    /* [n, V] */
-    int64_t *pos;     /* [n]: the tokens each sequence consumed */
-    Sampler smp;      /* each sequence's generator and seen tokens */
-    DecodeBatch dec;  /* the states, on the model's device; dec.ended[i]: sequence i has ended */
+    int64_t V;         /* logits per sequence */
+    int64_t *pos;      /* [n]: the tokens each sequence consumed */
+    Sampler smp;       /* each sequence's generator and seen tokens */
+    DecodeBatch dec;   /* the states, on the model's device; dec.ended[i]: sequence i has ended */
+    int32_t *picked;   /* [n]: the tokens the last prefill or step sampled */
+    Rng *rng_before;   /* [n]: the generators before they drew picked */
+    bool picked_taken; /* gdp_batch_sample has returned picked */
 };
 
 static _Thread_local char last_error[2048];
@@ -200,11 +207,14 @@ int gdp_batch_new(GdpModel *m, int n, const GdpSampling *s, GdpBatch **out) {
     GdpBatch *b = (GdpBatch *)xcalloc(1, sizeof *b);
     b->model = m, b->n = n;
     b->V = cfg_out_dim(&m->m.cfg);
-    b->logits = (float *)xcalloc((size_t)(n * b->V), sizeof(float));
     b->pos = (int64_t *)xcalloc((size_t)n, sizeof(int64_t));
     const SampleParams p = {sp.temperature, sp.top_k, sp.top_p, sp.repetition_penalty};
     sampler_init(&b->smp, n, m->tok->vocab, b->V, &p, sp.seed);
     decode_batch_init(&b->dec, &m->m, n);
+    b->dec.keep_logits = true; /* for gdp_batch_logits */
+    b->picked = (int32_t *)xmalloc((size_t)n * sizeof(int32_t));
+    b->rng_before = (Rng *)xmalloc((size_t)n * sizeof(Rng));
+    b->picked_taken = true; /* before a prefill a sample finds every sequence ended */
     *out = b;
     return 0;
 }
@@ -213,7 +223,7 @@ void gdp_batch_free(GdpBatch *b) {
     if (!b) return;
     decode_batch_free(&b->dec);
     sampler_free(&b->smp);
-    free(b->pos), free(b->logits);
+    free(b->pos), free(b->picked), free(b->rng_before);
     free(b);
 }
 
@@ -236,13 +246,22 @@ int gdp_batch_prefill(GdpBatch *b, const int32_t *ids, const int64_t *lens) {
         b->pos[i] = lens[i];
         off += lens[i];
     }
-    decode_batch_prefill(&b->dec, ids, lens, b->logits);
+    memcpy(b->rng_before, b->smp.rng, (size_t)b->n * sizeof(Rng));
+    decode_batch_prefill_pick(&b->dec, ids, lens, &b->smp, b->picked);
+    b->picked_taken = false;
     return 0;
 }
 
 int gdp_batch_sample(GdpBatch *b, int32_t *next) {
     if (!b || !next) return fail("gdp_batch_sample: needs a batch and room for one token per sequence");
-    sampler_pick(&b->smp, b->logits, b->dec.ended, next);
+    if (!b->picked_taken) {
+        memcpy(next, b->picked, (size_t)b->n * sizeof(int32_t));
+        b->picked_taken = true;
+        return 0;
+    }
+    for (int i = 0; i < b->n; i++)
+        if (!b->dec.ended[i]) decode_batch_logits(&b->dec, i); /* on CUDA: to the host */
+    sampler_pick(&b->smp, b->dec.logits, b->dec.ended, next);
     return 0;
 }
 
@@ -252,14 +271,18 @@ int gdp_batch_step(GdpBatch *b, const int32_t *tokens) {
         if (!b->dec.ended[i] && tokens[i] >= b->V)
             return fail("gdp_batch_step: token %d of sequence %d is outside the vocabulary [0, %lld) (< 0 ends it)",
                         tokens[i], i, (long long)b->V);
+    if (!b->picked_taken) memcpy(b->smp.rng, b->rng_before, (size_t)b->n * sizeof(Rng));
     for (int i = 0; i < b->n; i++)
         if (!b->dec.ended[i] && tokens[i] >= 0) sampler_observe(&b->smp, i, tokens[i]), b->pos[i]++;
-    return decode_batch_step(&b->dec, tokens, b->logits);
+    memcpy(b->rng_before, b->smp.rng, (size_t)b->n * sizeof(Rng));
+    const int live = decode_batch_step_pick(&b->dec, tokens, &b->smp, b->picked);
+    b->picked_taken = false;
+    return live;
 }
 
 const float *gdp_batch_logits(const GdpBatch *b, int i) {
-    if (!b || i < 0 || i >= b->n || b->dec.ended[i]) return NULL;
-    return b->logits + i * b->V;
+    if (!b || i < 0 || i >= b->n) return NULL;
+    return decode_batch_logits(&b->dec, i);
 }
 
 int64_t gdp_batch_position(const GdpBatch *b, int i) {

@@ -15,7 +15,8 @@
  *     gdp_batch_free(b);  gdp_model_free(m);
  *
  * A batch steps its live sequences together (one forward of a row per sequence, on the CPU or on
- * CUDA, where the step is replayed from a CUDA graph); an ended sequence leaves the batch, so the
+ * CUDA, where the step is replayed from a CUDA graph and sampled on the GPU, so that only the tokens
+ * come back unless gdp_batch_logits asks for logits); an ended sequence leaves the batch, so the
  * others run as if it had never been there, and each sequence's tokens equal those of the same
  * prompt alone.
  *

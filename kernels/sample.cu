@@ -259,7 +259,8 @@ __global__ void __launch_bounds__(SAMPLE_THREADS) sample_rows_kernel(SampleArgs 
     __shared__ SampleSmem sm;
     const int tid = threadIdx.x, bd = blockDim.x, n = a.n_tok;
     float *row = a.logits + (long long)blockIdx.x * a.v;
-    const unsigned char *seen = a.seen ? a.seen + (long long)blockIdx.x * a.v : NULL;
+    const long long mask = a.seen_row ? a.seen_row[blockIdx.x] : blockIdx.x;
+    const unsigned char *seen = a.seen ? a.seen + mask * (a.seen_stride ? a.seen_stride : a.v) : NULL;
     const bool penalise = seen && a.penalty > 0 && a.penalty != 1;
     float mx = -INFINITY;
     int best = -1;
@@ -289,5 +290,23 @@ extern "C" void sample_rows_cuda(const SampleArgs *a, void *stream) {
     GDP_CHECK(a->rows <= INT_MAX, "sample_rows_cuda: %lld rows; at most %d rows a call (one block each)",
               (long long)a->rows, INT_MAX);
     sample_rows_kernel<<<(unsigned)a->rows, SAMPLE_THREADS, 0, (cudaStream_t)stream>>>(*a);
+    KERNEL_CHECK();
+}
+
+__global__ void mark_seen_kernel(unsigned char *seen, int64_t stride, const int32_t *seq, const int32_t *tok,
+                                 int64_t count, int n_tok) {
+    const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < count && tok[j] >= 0 && tok[j] < n_tok) seen[(int64_t)seq[j] * stride + tok[j]] = 1;
+}
+
+extern "C" void sample_mark_seen_cuda(unsigned char *seen, int64_t stride, const int32_t *seq, const int32_t *tok,
+                                      int64_t count, int n_tok, void *stream) {
+    GDP_CHECK(count >= 0 && stride >= n_tok && n_tok >= 1,
+              "sample_mark_seen_cuda: %lld tokens into masks of stride %lld for %d candidates: needs count >= 0 and "
+              "stride >= n_tok >= 1", (long long)count, (long long)stride, n_tok);
+    if (count == 0) return;
+    const int threads = 256;
+    mark_seen_kernel<<<(unsigned)((count + threads - 1) / threads), threads, 0, (cudaStream_t)stream>>>(
+        seen, stride, seq, tok, count, n_tok);
     KERNEL_CHECK();
 }

@@ -13,9 +13,11 @@
  * Only ids below n_tok are candidates; a row is `v` floats apart (v >= n_tok). Logits must be finite
  * or -inf (a masked token), with one finite logit in every row.
  *
- * The caller (on the host, a Sampler of layers/sampler.h) prepares, per row r (one sequence):
- *   seen[r * v + t] = 1 for every token t of the sequence's history (prompt and generated), else 0;
- *     ids >= n_tok are ignored. NULL penalises no row; with penalty 1 the mask is not read;
+ * The caller (a Sampler of layers/sampler.h) prepares, per row r (one sequence):
+ *   the row's mask m = seen + seen_row[r] * seen_stride (seen_row NULL: r; seen_stride 0: v), with
+ *     m[t] = 1 for every token t of the sequence's history (prompt and generated), else 0; ids >= n_tok
+ *     are ignored. NULL penalises no row; with penalty 1 the mask is not read. seen_row lets the rows
+ *     of a step read masks kept by sequence;
  *   u[r] = rng_uniform(&that sequence's Rng) when temperature > 0, drawn on the host: exactly the
  *     one draw sample_next makes; with temperature <= 0 sample_next draws nothing, so
  *     neither may the caller (u may then be NULL). A row whose result is not wanted may take any
@@ -39,12 +41,14 @@ extern "C" {
 
 typedef struct SampleArgs {
     float *logits;             /* [rows, v]; overwritten */
-    const unsigned char *seen; /* [rows, v] history masks, or NULL */
+    const unsigned char *seen; /* history masks, one a row (below), or NULL */
+    const int32_t *seen_row;   /* [rows]: the mask each row reads, or NULL: row r reads mask r */
+    int64_t seen_stride;       /* elements between masks; 0: v */
     const double *u;           /* [rows] uniforms in [0, 1); NULL allowed when temperature <= 0 */
     int32_t *out;              /* [rows] the sampled ids */
     int64_t rows;
-    int64_t v;                 /* row stride of logits and seen, in elements */
-    int n_tok;                 /* candidates: ids [0, n_tok), 1 <= n_tok <= v */
+    int64_t v;                 /* row stride of logits, in elements */
+    int n_tok;                 /* candidates: ids [0, n_tok), 1 <= n_tok <= v (and <= seen_stride when given) */
     double temperature;
     int top_k;
     double top_p;
@@ -53,6 +57,12 @@ typedef struct SampleArgs {
 
 void sample_rows_cpu(const SampleArgs *a);
 void sample_rows_cuda(const SampleArgs *a, void *stream);
+
+/* seen[seq[j] * stride + tok[j]] = 1 for each j < count whose tok[j] is in [0, n_tok) (device
+ * pointers, stream-ordered): the tokens a Sampler observed since its last pick, marked in its masks
+ * on the GPU, so that a step uploads one token per sequence instead of the masks. */
+void sample_mark_seen_cuda(unsigned char *seen, int64_t stride, const int32_t *seq, const int32_t *tok, int64_t count,
+                           int n_tok, void *stream);
 
 /* The argument checks both run (fatal errors naming the bad field); exposed for callers that
  * validate before they build the rows. */

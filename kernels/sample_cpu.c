@@ -15,8 +15,11 @@ void sample_args_check(const SampleArgs *a, const char *who) {
     GDP_CHECK(a != NULL, "%s: no arguments given", who);
     GDP_CHECK(a->rows >= 0, "%s: rows is %lld; it must be >= 0", who, (long long)a->rows);
     GDP_CHECK(a->n_tok >= 1 && a->n_tok <= a->v,
-              "%s: n_tok %d must be in [1, v] with v %lld, the row stride of logits and seen", who, a->n_tok,
+              "%s: n_tok %d must be in [1, v] with v %lld, the row stride of the logits", who, a->n_tok,
               (long long)a->v);
+    GDP_CHECK(a->seen_stride == 0 || a->seen_stride >= a->n_tok,
+              "%s: seen_stride %lld must be 0 (masks v apart) or hold the n_tok %d candidates", who,
+              (long long)a->seen_stride, a->n_tok);
     GDP_CHECK(!isnan(a->temperature) && !isnan(a->top_p) && !isnan(a->penalty),
               "%s: temperature %g, top_p %g and penalty %g must not be NaN", who, a->temperature, a->top_p, a->penalty);
     if (a->rows == 0) return;
@@ -106,10 +109,11 @@ static int sample_row(float *logits, int n, const unsigned char *seen, double u_
 
 void sample_rows_cpu(const SampleArgs *a) {
     sample_args_check(a, "sample_rows_cpu");
+    const int64_t stride = a->seen_stride ? a->seen_stride : a->v;
     /* rows are independent, so threads do not change any id */
 #pragma omp parallel for schedule(dynamic) if (a->rows > 1 && (int64_t)a->rows * a->n_tok > 65536)
     for (int64_t r = 0; r < a->rows; r++) {
-        const unsigned char *seen = a->seen ? a->seen + r * a->v : NULL;
+        const unsigned char *seen = a->seen ? a->seen + (a->seen_row ? a->seen_row[r] : r) * stride : NULL;
         const double u = a->temperature > 0 ? a->u[r] : 0;
         a->out[r] = sample_row(a->logits + r * a->v, a->n_tok, seen, u, a);
     }

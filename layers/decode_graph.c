@@ -13,8 +13,10 @@ typedef struct GraphEntry {
     const void **keys;        /* the state rows' tensor addresses, 4 a layer */
     cudaGraphExec_t exec;     /* NULL until captured */
     int32_t *ids;             /* device [rows]: the graph's input */
+    int32_t *ids_host;        /* pinned [rows]: what is copied into it, so that the copy never waits */
+    cudaEvent_t ids_read;     /* the last replay's copy has read ids_host */
     Tensor ids_t;             /* its header, [rows, 1] */
-    const float *logits;      /* device [rows, out] in the acts arena: the graph's output */
+    float *logits;            /* device [rows, out] in the acts arena: the graph's output */
     size_t acts_mark, scratch_mark; /* the arenas' use when it was captured */
 } GraphEntry;
 
@@ -63,8 +65,12 @@ static void entry_uncapture(struct DecodeGraphCache *c, GraphEntry *e) {
         CUDA_CHECK(cudaGraphExecDestroy(e->exec));
         c->stats.graphs--;
     }
-    if (e->ids) device_free(DEV_CUDA, e->ids);
-    e->exec = NULL, e->ids = NULL, e->logits = NULL;
+    if (e->ids) {
+        device_free(DEV_CUDA, e->ids);
+        CUDA_CHECK(cudaFreeHost(e->ids_host));
+        CUDA_CHECK(cudaEventDestroy(e->ids_read));
+    }
+    e->exec = NULL, e->ids = NULL, e->ids_host = NULL, e->ids_read = NULL, e->logits = NULL;
 }
 
 /* Hopper's GEMMs want 32 MiB (cuBLAS's guidance for cublasSetWorkspace), earlier GPUs 4 MiB. */
@@ -81,6 +87,8 @@ static bool capture(struct DecodeGraphCache *c, Model *m, ModelState *s, GraphEn
     Ctx *ctx = c->ctx;
     cudaStream_t stream = (cudaStream_t)ctx_stream(ctx);
     e->ids = (int32_t *)device_malloc(DEV_CUDA, (size_t)s->B * sizeof(int32_t));
+    CUDA_CHECK(cudaMallocHost((void **)&e->ids_host, (size_t)s->B * sizeof(int32_t)));
+    CUDA_CHECK(cudaEventCreateWithFlags(&e->ids_read, cudaEventDisableTiming));
     memset(&e->ids_t, 0, sizeof e->ids_t);
     e->ids_t.dtype = GDP_I32, e->ids_t.device = DEV_CUDA;
     tensor_set_shape(&e->ids_t, 2, (const int64_t[]){s->B, 1});
@@ -98,7 +106,7 @@ static bool capture(struct DecodeGraphCache *c, Model *m, ModelState *s, GraphEn
         const Tensor *logits = model_forward_state(m, &e->ids_t, s);
         ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph;
         ok = ok && logits->dtype == GDP_F32 && tensor_is_contiguous(logits);
-        e->logits = (const float *)logits->data;
+        e->logits = (float *)logits->data;
     }
     if (ok) ok = cudaGraphInstantiate(&e->exec, graph, 0) == cudaSuccess;
     if (graph) CUDA_CHECK(cudaGraphDestroy(graph));
@@ -117,23 +125,23 @@ static bool capture(struct DecodeGraphCache *c, Model *m, ModelState *s, GraphEn
     return true;
 }
 
-/* The step as a graph replay; false when it must run plain. The first step over a set of rows is
- * plain on purpose: it loads every kernel the step launches and lets cuBLAS pick its GEMMs for
- * these shapes outside a capture. */
-static bool step_cuda(DecodeGraph *g, Model *m, ModelState *s, const int32_t *ids, float *logits) {
+/* The step as a graph replay, enqueued: its logits on the device; NULL when it must run plain. The
+ * first step over a set of rows is plain on purpose: it loads every kernel the step launches and
+ * lets cuBLAS pick its GEMMs for these shapes outside a capture. */
+static float *step_cuda(DecodeGraph *g, Model *m, ModelState *s, const int32_t *ids) {
     struct DecodeGraphCache *c = g->cache;
-    if (!c) return false;
+    if (!c) return NULL;
     use_workspace(c);
 #ifdef GDP_DEBUG_SYNC
     const bool debug_sync = true; /* every launch synchronises the device, which a capture refuses */
 #else
     const bool debug_sync = false;
 #endif
-    if (!g->enabled || c->stats.capture_failed || c->ctx->profile || debug_sync) return false;
+    if (!g->enabled || c->stats.capture_failed || c->ctx->profile || debug_sync) return NULL;
     GraphEntry *e = entry_find(c, s);
     if (!e) {
         entry_add(c, s);
-        return false;
+        return NULL;
     }
     cudaStream_t stream = (cudaStream_t)ctx_stream(c->ctx);
     if (e->exec && (arena_mark(&c->ctx->acts) > e->acts_mark || arena_mark(&c->ctx->scratch) > e->scratch_mark)) {
@@ -141,16 +149,16 @@ static bool step_cuda(DecodeGraph *g, Model *m, ModelState *s, const int32_t *id
         CUDA_CHECK(cudaStreamSynchronize(stream));
         entry_uncapture(c, e);
     }
-    if (!e->exec && !capture(c, m, s, e)) return false;
-    const int64_t out = cfg_out_dim(&m->cfg);
-    CUDA_CHECK(cudaMemcpyAsync(e->ids, ids, (size_t)e->rows * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
-    CUDA_CHECK(cudaGraphLaunch(e->exec, stream));
-    CUDA_CHECK(cudaMemcpyAsync(logits, e->logits, (size_t)(e->rows * out) * sizeof(float), cudaMemcpyDeviceToHost,
+    if (!e->exec && !capture(c, m, s, e)) return NULL;
+    CUDA_CHECK(cudaEventSynchronize(e->ids_read));
+    memcpy(e->ids_host, ids, (size_t)e->rows * sizeof(int32_t));
+    CUDA_CHECK(cudaMemcpyAsync(e->ids, e->ids_host, (size_t)e->rows * sizeof(int32_t), cudaMemcpyHostToDevice,
                                stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaEventRecord(e->ids_read, stream));
+    CUDA_CHECK(cudaGraphLaunch(e->exec, stream));
     s->pos++;
     c->stats.replays++;
-    return true;
+    return e->logits;
 }
 
 void decode_graph_init(DecodeGraph *g, const Model *m) {
@@ -190,9 +198,9 @@ DecodeGraphStats decode_graph_stats(const DecodeGraph *g) {
 
 #else /* no CUDA in this build: every step is the plain forward */
 
-static bool step_cuda(DecodeGraph *g, Model *m, ModelState *s, const int32_t *ids, float *logits) {
-    (void)g, (void)m, (void)s, (void)ids, (void)logits;
-    return false;
+static float *step_cuda(DecodeGraph *g, Model *m, ModelState *s, const int32_t *ids) {
+    (void)g, (void)m, (void)s, (void)ids;
+    return NULL;
 }
 
 void decode_graph_init(DecodeGraph *g, const Model *m) {
@@ -212,14 +220,36 @@ DecodeGraphStats decode_graph_stats(const DecodeGraph *g) {
 
 #endif
 
-void decode_graph_step(DecodeGraph *g, Model *m, ModelState *s, const int32_t *ids, float *logits) {
+/* The ids checked, then the step as a replay (its logits on the device), or NULL: it runs plain. */
+static float *step_replayed(DecodeGraph *g, Model *m, ModelState *s, const int32_t *ids) {
     GDP_CHECK(s->m == m, "decode step: the state was made for another model");
     for (int64_t r = 0; r < s->B; r++)
         GDP_CHECK(ids[r] >= 0 && ids[r] < m->cfg.vocab_size, "decode step: token %d of row %lld is outside the "
                   "vocabulary [0, %d)", ids[r], (long long)r, m->cfg.vocab_size);
-    if (m->ctx->device == DEV_CUDA && step_cuda(g, m, s, ids, logits)) return;
-    model_prefill_host(m, s, ids, 1, 1, logits);
+    return m->ctx->device == DEV_CUDA ? step_cuda(g, m, s, ids) : NULL;
+}
+
+static void count_plain(DecodeGraph *g) {
 #ifdef GDP_CUDA
     if (g->cache) g->cache->stats.plain++;
+#else
+    (void)g;
 #endif
+}
+
+void decode_graph_step(DecodeGraph *g, Model *m, ModelState *s, const int32_t *ids, float *logits) {
+    const float *replayed = step_replayed(g, m, s, ids);
+    if (replayed) {
+        device_memcpy(logits, DEV_CPU, replayed, DEV_CUDA, (size_t)(s->B * cfg_out_dim(&m->cfg)) * sizeof(float));
+        return;
+    }
+    model_prefill_host(m, s, ids, 1, 1, logits);
+    count_plain(g);
+}
+
+float *decode_graph_step_device(DecodeGraph *g, Model *m, ModelState *s, const int32_t *ids) {
+    float *replayed = step_replayed(g, m, s, ids);
+    if (replayed) return replayed;
+    count_plain(g);
+    return model_prefill_device(m, s, ids, 1, 1);
 }

@@ -3,7 +3,8 @@
  * sequence's tokens its own: its generator, seeded alike for every sequence, so that a prompt's
  * continuation does not depend on the batch it is in, and the tokens it has seen, as the mask the
  * repetition penalty reads. gdp generate and the C API's batches (api/gdp_model.c) sample through a
- * Sampler. */
+ * Sampler: on the host (sampler_pick), or on the GPU where a CUDA step left the logits
+ * (sampler_cuda_*, which layers/decode.c runs). */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -38,6 +39,7 @@ typedef struct Sampler {
     double *u;                /* [n] */
     int32_t *out;             /* [n] */
     int *seq_of_row;          /* [n] */
+    struct SamplerCuda *cuda; /* the GPU side, made by the first sampler_cuda_begin, else NULL */
 } Sampler;
 
 void sampler_init(Sampler *s, int n, int n_tok, int64_t v, const SampleParams *p, uint64_t seed);
@@ -51,6 +53,21 @@ void sampler_observe(Sampler *s, int i, int32_t t);
  * temperature > 0, none otherwise, so that its tokens are those sample_next gives it alone; an
  * ended one draws nothing. A sequence's token is not observed here: the caller may not keep it. */
 void sampler_pick(Sampler *s, const float *logits, const bool *ended, int32_t *next);
+
+/* sampler_pick for logits on the GPU (CUDA builds), in three parts so that a step can sample each
+ * group of rows where its forward left them, and copy back only the ids:
+ *   begin: the coming rows r = 0..rows-1 are sequences seq_of_row[r] (live ones, each once); each
+ *     draws its uniform as sampler_pick would, and the GPU's masks catch up with sampler_start and
+ *     sampler_observe; all on `stream` (a cudaStream_t), the later parts too;
+ *   rows: samples rows [row0, row0 + n) of those from logits (device float32, `stride` floats a row,
+ *     >= n_tok; overwritten); nothing is waited for;
+ *   end: next[i] = the id of every sequence given to begin, -1 for every other, after one copy back
+ *     and one synchronisation of the stream.
+ * The draws are sampler_pick's and the ids its own up to kernels/sample.h's rounding at an interval's
+ * boundary. */
+void sampler_cuda_begin(Sampler *s, const int *seq_of_row, int rows, void *stream);
+void sampler_cuda_rows(Sampler *s, float *logits, int64_t stride, int row0, int n);
+void sampler_cuda_end(Sampler *s, int32_t *next);
 
 /* One row, the reference a Sampler agrees with: the next token from logits [n] (overwritten), with
  * history [n_hist] (may be NULL) as the seen tokens and one uniform from rng when temperature > 0. */

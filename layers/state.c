@@ -124,7 +124,10 @@ Tensor *model_forward_state(Model *m, Tensor *ids, ModelState *s) {
     return logits;
 }
 
-void model_prefill_host(Model *m, ModelState *s, const int32_t *ids, int64_t T, int64_t chunk, float *last) {
+/* model_prefill_host, with the last position's logits copied to host `last` (may be NULL) or, with
+ * last_dev, left where the forward wrote them (float32 only). */
+static void prefill(Model *m, ModelState *s, const int32_t *ids, int64_t T, int64_t chunk, float *last,
+                    float **last_dev) {
     Ctx *ctx = m->ctx;
     const int64_t B = s->B, out = cfg_out_dim(&m->cfg);
     GDP_CHECK(T >= 1, "prefill: no tokens");
@@ -139,11 +142,15 @@ void model_prefill_host(Model *m, ModelState *s, const int32_t *ids, int64_t T, 
         const size_t meta = arena_mark(&ctx->step_meta);
         Tensor *ti = tensor_from_host(ctx, LIFE_ACT, GDP_I32, SHAPE(B, n), part);
         Tensor *logits = model_forward_state(m, ti, s); /* [B, n, out] */
-        if (last && t0 + n == T) {
+        if ((last || last_dev) && t0 + n == T) {
             const int64_t rows[3] = {n * out, out, 1};
             Tensor *lv = tensor_view(ctx, logits, SHAPE(B, 1, out), rows, (n - 1) * out);
             Tensor *lc = op_contiguous(ctx, lv);
-            if (lc->dtype == GDP_F32) {
+            if (last_dev) {
+                GDP_CHECK(lc->dtype == GDP_F32, "prefill: the logits are %s; leaving them on the device needs "
+                          "float32 (a model of float32 parameters)", dtype_name(lc->dtype));
+                *last_dev = (float *)lc->data;
+            } else if (lc->dtype == GDP_F32) {
                 tensor_to_host(lc, last);
             } else {
                 double *tmp = (double *)xmalloc((size_t)(B * out) * sizeof(double));
@@ -157,4 +164,14 @@ void model_prefill_host(Model *m, ModelState *s, const int32_t *ids, int64_t T, 
     }
     free(part);
     ctx->grad_enabled = grad;
+}
+
+void model_prefill_host(Model *m, ModelState *s, const int32_t *ids, int64_t T, int64_t chunk, float *last) {
+    prefill(m, s, ids, T, chunk, last, NULL);
+}
+
+float *model_prefill_device(Model *m, ModelState *s, const int32_t *ids, int64_t T, int64_t chunk) {
+    float *last = NULL;
+    prefill(m, s, ids, T, chunk, NULL, &last);
+    return last;
 }

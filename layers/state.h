@@ -45,3 +45,8 @@ Tensor *model_forward_state(Model *m, Tensor *ids, ModelState *s);
  * each sequence's last position to host `last` [B, out] (may be NULL). Activations are released
  * after each chunk (the acts and scratch arenas and step headers are rewound to where they were). */
 void model_prefill_host(Model *m, ModelState *s, const int32_t *ids, int64_t T, int64_t chunk, float *last);
+/* model_prefill_host with the last position's logits left on the model's device: returns them,
+ * float32 [B, out], in the acts arena above the mark it had on entry, which the arenas are rewound
+ * to: work that reads or overwrites them must be enqueued on the context's stream before the next
+ * forward. */
+float *model_prefill_device(Model *m, ModelState *s, const int32_t *ids, int64_t T, int64_t chunk);

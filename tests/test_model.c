@@ -356,23 +356,24 @@ static void check_decode_matches_forward(ModelConfig c) {
     int V = c.vocab_size;
     double *full = (double *)xmalloc((size_t)T * V * sizeof(double));
     tensor_to_doubles(logits, full);
-    DecodeState st;
-    decode_init(&st, &m);
+    DecodeBatch b; /* one sequence: its first token a prefill, then a step each */
+    decode_batch_init(&b, &m, 1);
+    const int64_t one = 1;
     float *step = (float *)xmalloc((size_t)V * sizeof(float));
     double *stepd = (double *)xmalloc((size_t)V * sizeof(double));
     for (int t = 0; t < T; t++) {
-        decode_step(&st, ids[t], step);
+        if (t == 0) decode_batch_prefill(&b, ids, &one, step);
+        else decode_batch_step(&b, &ids[t], step);
         for (int v = 0; v < V; v++) stepd[v] = step[v];
         double e = rel_l2(stepd, full + (int64_t)t * V, V);
         ck_assert_msg(e < 1e-4, "position %d: decode vs forward relative error %.3e (%s mode)", t, e,
                       c.mode == GDP_MODE_SPLIT ? "split" : "householder");
     }
-    /* reset gives the first position again */
-    decode_reset(&st);
-    decode_step(&st, ids[0], step);
+    /* a new prefill starts over: the first position again */
+    decode_batch_prefill(&b, ids, &one, step);
     for (int v = 0; v < V; v++) stepd[v] = step[v];
     ck_assert(rel_l2(stepd, full, V) < 1e-4);
-    decode_free(&st);
+    decode_batch_free(&b);
     free(full), free(step), free(stepd);
     model_free(&m);
     params_free_store(&ps);
@@ -401,9 +402,9 @@ static double rel_l2_f32(const float *a, const float *b, int64_t n) {
     return sqrt(num / (den > 0 ? den : 1));
 }
 
-/* A prefill of L tokens (the chunked forward from a state) gives the logits of L decode steps, and
- * decoding after it continues the same sequence; a batch of 2 states equals each alone; a prefill in
- * chunks equals one call. */
+/* A prefill of L tokens (the chunked forward from a state) gives the logits of a one-token prefill
+ * and L - 1 decode steps, and decoding after it continues the same sequence; a batch of 2 states
+ * equals each alone; a prefill in chunks equals one call. */
 static void check_prefill_matches_decode(ModelConfig c) {
     Ctx *ctx = ctx_create(DEV_CPU, ctx_default_sizes());
     ParamStore ps;
@@ -418,20 +419,20 @@ static void check_prefill_matches_decode(ModelConfig c) {
     const int V = c.vocab_size;
     const char *mode = c.mode == GDP_MODE_SPLIT ? "split" : "householder";
     float *steps = (float *)xmalloc((size_t)T * V * sizeof(float)), *got = (float *)xmalloc((size_t)2 * V * sizeof(float));
-    DecodeState st;
-    decode_init(&st, &m);
-    for (int t = 0; t < T; t++) decode_step(&st, ids[t], steps + (int64_t)t * V);
-    const int lens[] = {1, 2, 4, 5, 13, T - 1};
+    DecodeBatch b; /* one sequence */
+    decode_batch_init(&b, &m, 1);
+    const int64_t first = 1;
+    decode_batch_prefill(&b, ids, &first, steps);
+    for (int t = 1; t < T; t++) decode_batch_step(&b, &ids[t], steps + (int64_t)t * V);
+    const int64_t lens[] = {1, 2, 4, 5, 13, T - 1};
     for (size_t i = 0; i < GDP_ARRAY_LEN(lens); i++) {
-        const int L = lens[i];
-        decode_reset(&st);
-        decode_prefill(&st, ids, L, got);
-        double e = rel_l2_f32(got, steps + (int64_t)(L - 1) * V, V);
-        ck_assert_msg(e < 1e-5, "%s: prefill of %d vs %d decode steps: relative error %.3e", mode, L, L, e);
-        decode_step(&st, ids[L], got); /* then decoding goes on from the prefill's state */
-        e = rel_l2_f32(got, steps + (int64_t)L * V, V);
-        ck_assert_msg(e < 1e-5, "%s: a step after a prefill of %d: relative error %.3e", mode, L, e);
-        ck_assert_int_eq(st.pos, L + 1);
+        const int64_t L = lens[i];
+        decode_batch_prefill(&b, ids, &L, got);
+        double e = rel_l2_f32(got, steps + (L - 1) * V, V);
+        ck_assert_msg(e < 1e-5, "%s: prefill of %lld vs decoding: relative error %.3e", mode, (long long)L, e);
+        decode_batch_step(&b, &ids[L], got); /* then decoding goes on from the prefill's state */
+        e = rel_l2_f32(got, steps + L * V, V);
+        ck_assert_msg(e < 1e-5, "%s: a step after a prefill of %lld: relative error %.3e", mode, (long long)L, e);
     }
     /* two sequences in one state, in chunks of 4, against each alone in one call */
     ModelState two, one;
@@ -449,7 +450,7 @@ static void check_prefill_matches_decode(ModelConfig c) {
     }
     ck_assert_int_eq(two.pos, T);
     model_state_free(&two), model_state_free(&one);
-    decode_free(&st);
+    decode_batch_free(&b);
     free(steps), free(got);
     model_free(&m);
     params_free_store(&ps);
@@ -582,9 +583,10 @@ static int reference_sample(float *logits, int n, const SampleParams *p, const i
 /* sample_rows_cpu (kernels/sample.h, the CUDA sampler's reference) gives reference_sample's id on
  * every row of random batches (normal, peaked, integer-tied and signed-zero/-inf logits, padding past
  * n_tok, histories with repeats and ids past n_tok) under every setting, with the uniform drawn by the
- * caller and the history as a mask; sample_next (one row through it) gives the same id and draws one
- * uniform when temperature > 0 and none otherwise, which is what a caller of the batched samplers
- * must do. */
+ * caller and the history as a mask, a row's own or one kept elsewhere (seen_row, seen_stride: the
+ * masks in reverse order, in wider rows); sample_next (one row through it) gives the same id and
+ * draws one uniform when temperature > 0 and none otherwise, which is what a caller of the batched
+ * samplers must do. */
 START_TEST(sample_rows_match_sample_next) {
     static const SampleParams ps[] = {
         {0, 0, 1, 1},      {0, 0, 1, 1.3},    {-1, 4, 0.5, 1},   {1, 0, 1, 1},     {0.7, 0, 0, 1},
@@ -634,16 +636,28 @@ START_TEST(sample_rows_match_sample_next) {
                           "trial %d: sample_next drew %s uniforms than one per sampled token (temperature %g)", trial,
                           p->temperature > 0 ? "other" : "more", p->temperature);
         }
-        SampleArgs a = {logits, seen, p->temperature > 0 ? u : NULL, got, ROWS, v, n, p->temperature,
-                        p->top_k, p->top_p, p->repetition_penalty};
-        sample_rows_cpu(&a);
-        for (int i = 0; i < ROWS; i++)
-            ck_assert_msg(got[i] == want[i],
-                          "trial %d row %d (n %d, v %d, rows of kind %d, temperature %g, top_k %d, top_p %g, "
-                          "penalty %g, u %.17g): sample_rows_cpu %d, reference %d",
-                          trial, i, n, v, kind, p->temperature, p->top_k, p->top_p, p->repetition_penalty, u[i],
-                          got[i], want[i]);
-        free(logits), free(row), free(seen), free(hist);
+        const int64_t stride = v + 5;
+        unsigned char *elsewhere = (unsigned char *)xcalloc((size_t)(ROWS * stride), 1);
+        int32_t mask_of[ROWS];
+        for (int i = 0; i < ROWS; i++) {
+            mask_of[i] = ROWS - 1 - i;
+            memcpy(elsewhere + mask_of[i] * stride, seen + (size_t)i * v, (size_t)v);
+        }
+        float *again = (float *)xmalloc((size_t)ROWS * v * sizeof(float));
+        memcpy(again, logits, (size_t)ROWS * v * sizeof(float));
+        for (int layout = 0; layout < 2; layout++) {
+            SampleArgs a = {layout ? again : logits, layout ? elsewhere : seen, layout ? mask_of : NULL,
+                            layout ? stride : 0, p->temperature > 0 ? u : NULL, got, ROWS, v, n, p->temperature,
+                            p->top_k, p->top_p, p->repetition_penalty};
+            sample_rows_cpu(&a);
+            for (int i = 0; i < ROWS; i++)
+                ck_assert_msg(got[i] == want[i],
+                              "trial %d row %d (n %d, v %d, rows of kind %d, temperature %g, top_k %d, top_p %g, "
+                              "penalty %g, u %.17g, masks %s): sample_rows_cpu %d, reference %d",
+                              trial, i, n, v, kind, p->temperature, p->top_k, p->top_p, p->repetition_penalty, u[i],
+                              layout ? "by seen_row" : "by row", got[i], want[i]);
+        }
+        free(logits), free(again), free(row), free(seen), free(elsewhere), free(hist);
     }
 }
 END_TEST
@@ -718,11 +732,85 @@ START_TEST(sampler_matches_sample_next) {
 }
 END_TEST
 
+/* The pick calls (layers/decode.h) are, on the CPU, the logits calls and sampler_pick: a batch of
+ * four prompts of 1 to 30 tokens, stepped in groups of two rows, its sequences making 2 to 9 tokens,
+ * greedy and sampled (temperature 0.8, top-k 40, top-p 0.9, repetition penalty 1.3, over fewer
+ * candidates than logits), gives the same tokens draw for draw, and decode_batch_logits the same
+ * logits bit for bit. */
+START_TEST(decode_pick_matches_logits_and_sampler) {
+    ModelConfig c;
+    model_config_preset(&c, "tiny");
+    c.initializer_range = 0.2;
+    Ctx *ctx = ctx_create(DEV_CPU, ctx_default_sizes());
+    ParamStore ps;
+    Model m;
+    model_create(&m, &c, ctx, &ps, 13);
+    enum { N = 4 };
+    static const int64_t lens[N] = {1, 7, 30, 12};
+    static const int made[N] = {5, 9, 2, 7}; /* tokens each sequence makes */
+    static const SampleParams settings[] = {{0, 0, 1, 1}, {0.8, 40, 0.9, 1.3}};
+    const int64_t V = cfg_out_dim(&c);
+    const int n_tok = (int)V - 3;
+    int32_t ids[50];
+    Rng rng;
+    rng_seed(&rng, 17);
+    for (int t = 0; t < 50; t++) ids[t] = (int32_t)rng_below(&rng, (uint64_t)n_tok);
+    float *logits = (float *)xmalloc((size_t)(N * V) * sizeof(float));
+    for (size_t k = 0; k < GDP_ARRAY_LEN(settings); k++) {
+        DecodeBatch pick, ref;
+        Sampler sp, sr;
+        decode_batch_init(&pick, &m, N), decode_batch_init(&ref, &m, N);
+        pick.group = ref.group = 2;
+        sampler_init(&sp, N, n_tok, V, &settings[k], 5), sampler_init(&sr, N, n_tok, V, &settings[k], 5);
+        int64_t off = 0;
+        for (int i = 0; i < N; off += lens[i++])
+            sampler_start(&sp, i, ids + off, lens[i]), sampler_start(&sr, i, ids + off, lens[i]);
+        int32_t got[N], want[N], feed[N];
+        decode_batch_prefill_pick(&pick, ids, lens, &sp, got);
+        decode_batch_prefill(&ref, ids, lens, logits);
+        sampler_pick(&sr, logits, ref.ended, want);
+        for (int step = 0;; step++) {
+            int live = 0;
+            for (int i = 0; i < N; i++) {
+                ck_assert_msg(got[i] == want[i], "settings %zu step %d sequence %d: pick %d, logits + sampler %d", k,
+                              step, i, got[i], want[i]);
+                const float *kept = decode_batch_logits(&pick, i);
+                ck_assert(step < made[i] ? kept && !memcmp(kept, logits + i * V, (size_t)V * sizeof(float)) : !kept);
+                feed[i] = step + 1 < made[i] ? got[i] : -1;
+                if (feed[i] < 0) continue;
+                sampler_observe(&sp, i, feed[i]), sampler_observe(&sr, i, feed[i]);
+                live++;
+            }
+            if (live == 0) break;
+            ck_assert_int_eq(decode_batch_step_pick(&pick, feed, &sp, got), live);
+            ck_assert_int_eq(decode_batch_step(&ref, feed, logits), live);
+            sampler_pick(&sr, logits, ref.ended, want);
+        }
+        ck_assert(!memcmp(sp.rng, sr.rng, (size_t)N * sizeof(Rng)));
+        decode_batch_free(&pick), decode_batch_free(&ref);
+        sampler_free(&sp), sampler_free(&sr);
+    }
+    free(logits);
+    model_free(&m);
+    params_free_store(&ps);
+    ctx_destroy(ctx);
+}
+END_TEST
+
 /* The batched samplers' argument checks (shared by sample_rows_cpu and sample_rows_cuda). */
 START_TEST(sample_rows_rejects_n_tok_past_v) {
     float l[4] = {0};
     int32_t out[1];
-    SampleArgs a = {l, NULL, NULL, out, 1, 4, 5, 0, 0, 1, 1};
+    SampleArgs a = {l, NULL, NULL, 0, NULL, out, 1, 4, 5, 0, 0, 1, 1};
+    sample_rows_cpu(&a);
+}
+END_TEST
+
+START_TEST(sample_rows_rejects_masks_narrower_than_n_tok) {
+    float l[4] = {0};
+    unsigned char seen[3] = {0};
+    int32_t out[1];
+    SampleArgs a = {l, seen, NULL, 3, NULL, out, 1, 4, 4, 0, 0, 1, 1.3};
     sample_rows_cpu(&a);
 }
 END_TEST
@@ -730,7 +818,7 @@ END_TEST
 START_TEST(sample_rows_needs_u_to_sample) {
     float l[4] = {0};
     int32_t out[1];
-    SampleArgs a = {l, NULL, NULL, out, 1, 4, 4, 1.0, 0, 1, 1};
+    SampleArgs a = {l, NULL, NULL, 0, NULL, out, 1, 4, 4, 1.0, 0, 1, 1};
     sample_rows_cpu(&a);
 }
 END_TEST
@@ -953,7 +1041,9 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, sampling);
     tcase_add_test(tc, sample_rows_match_sample_next);
     tcase_add_test(tc, sampler_matches_sample_next);
+    tcase_add_test(tc, decode_pick_matches_logits_and_sampler);
     tcase_add_exit_test(tc, sample_rows_rejects_n_tok_past_v, 1);
+    tcase_add_exit_test(tc, sample_rows_rejects_masks_narrower_than_n_tok, 1);
     tcase_add_exit_test(tc, sample_rows_needs_u_to_sample, 1);
     tcase_add_test(tc, tiny_model_learns_text);
     tcase_add_test(tc, exact_resume);

@@ -10,14 +10,18 @@
  *     chunk) of tiny configs with random weights: householder n_h = 1, 2, 3, split r = 2 and r = 4
  *     with a random non-identity mask, and variants without short conv / gates / tied head: the
  *     logits of every position within rel L2 1e-4, the graph replays equal to the plain steps bit
- *     for bit, decode_reset, a graph captured again when the acts arena has moved, a prefill then a
- *     step;
+ *     for bit, a new prefill starting over, a graph captured again when the acts arena has moved, a
+ *     prefill then a step;
  *   - a batch of five sequences (DecodeBatch, what the C API runs): prompts of 1 to 300 tokens,
  *     sequences ending after 0 to 12 steps, in one group and in groups of two rows: every logit row
  *     against each sequence's own chunked forward (rel L2 1e-4), graphs against plain bit for bit;
+ *   - sampling on the GPU (decode_batch_*_pick, what gdp generate and the C API run) against the
+ *     logits brought back and sampled on the host (sampler_pick): the same tokens, greedy exactly,
+ *     sampled up to kernels/sample.h's rounding at a boundary, and the same logits bit for bit;
  *   - the kernel's error paths.
- * `test_gpu_decode --sanitize` runs one small kernel case, one model case and one batch case, for
- * compute-sanitizer; `test_gpu_decode NAME...` only the tests whose name contains one of the NAMEs. */
+ * `test_gpu_decode --sanitize` runs one small kernel case, one model case, one batch case and one
+ * sampling case, for compute-sanitizer; `test_gpu_decode NAME...` only the tests whose name contains
+ * one of the NAMEs. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +33,7 @@
 #include "core/ctx.h"
 #include "kernels/gdp/desc.h"
 #include "kernels/gdp/decode.h"
+#include "kernels/sample.h"
 #include "layers/decode.h"
 #include "layers/model.h"
 #include "base/cuda_check.h"
@@ -250,13 +255,13 @@ static int bit_diffs(const float *a, const float *b, int n, int V, double *maxd)
     return bad;
 }
 
-/* One sequence through DecodeState (layers/decode.h): T single steps against the chunked forward
- * of all T tokens (rel L2 1e-4 at every position), twice: with the step's CUDA graph (the first
- * step plain, the second captured, then replays) and without, which must give the same logits bit
- * for bit. Then, with the graph: decode_reset gives position 0 again; an activation left in the
- * acts arena makes the step capture its graph again above it, with the same result; a prefill of
- * T - 1 tokens (the chunked op) and a step from its state give the last two positions. Returns the
- * number of failures. */
+/* One sequence (a DecodeBatch of one, layers/decode.h): a prefill of its first token, then T - 1
+ * single steps, against the chunked forward of all T tokens (rel L2 1e-4 at every position), twice:
+ * with the step's CUDA graph (the first step plain, the second captured, then replays) and without,
+ * which must give the same logits bit for bit. Then, with the graph: a new prefill gives position 0
+ * again; an activation left in the acts arena makes the next step capture its graph again above
+ * it, with the same result; a prefill of T - 1 tokens (the chunked op) and a step from its state
+ * give the last two positions. Returns the number of failures. */
 static int model_case(ModelConfig c, const char *label, int T, uint64_t seed) {
     Ctx *ctx = ctx_create(DEV_CUDA, ctx_default_sizes());
     ParamStore ps;
@@ -275,13 +280,15 @@ static int model_case(ModelConfig c, const char *label, int T, uint64_t seed) {
     double worst = 0, e0 = 0, er = 0, ep = 0, es = 0;
     for (int pass = 0; pass < 2; pass++) {
         float *got = steps[pass] = (float *)xmalloc((size_t)T * V * sizeof(float));
-        DecodeState st;
-        decode_init(&st, &m);
-        st.graph.enabled = pass == 0;
+        DecodeBatch b;
+        decode_batch_init(&b, &m, 1);
+        b.graph.enabled = pass == 0;
+        const int64_t first = 1;
         for (int t = 0; t < T; t++) {
             float *row = got + (int64_t)t * V;
             for (int v = 0; v < V; v++) row[v] = NAN;
-            decode_step(&st, ids[t], row);
+            if (t == 0) decode_batch_prefill(&b, ids, &first, row);
+            else decode_batch_step(&b, &ids[t], row);
             double e = rel_l2_fd(row, full + (int64_t)t * V, V);
             if (!(e <= worst)) worst = e;
             if (!(e <= 1e-4)) {
@@ -290,11 +297,11 @@ static int model_case(ModelConfig c, const char *label, int T, uint64_t seed) {
                 fails++;
             }
         }
-        DecodeGraphStats gs = decode_graph_stats(&st.graph);
-        if (pass == 0 && (gs.capture_failed || gs.captures != 1 || gs.replays != T - 1 || gs.plain != 1)) {
+        DecodeGraphStats gs = decode_graph_stats(&b.graph);
+        if (pass == 0 && (gs.capture_failed || gs.captures != 1 || gs.replays != T - 2 || gs.plain != 1)) {
             printf("  %s: graph stats after %d steps: %d captures, %lld replays, %lld plain%s (want 1, %d, 1)\n",
-                   label, T, gs.captures, (long long)gs.replays, (long long)gs.plain,
-                   gs.capture_failed ? ", a capture failed" : "", T - 1);
+                   label, T - 1, gs.captures, (long long)gs.replays, (long long)gs.plain,
+                   gs.capture_failed ? ", a capture failed" : "", T - 2);
             fails++;
         }
         if (pass == 1 && (gs.captures != 0 || gs.replays != 0)) {
@@ -303,34 +310,32 @@ static int model_case(ModelConfig c, const char *label, int T, uint64_t seed) {
         }
         if (pass == 0) {
             float *row = (float *)xmalloc((size_t)V * sizeof(float));
-            decode_reset(&st);
-            decode_step(&st, ids[0], row);
+            decode_batch_prefill(&b, ids, &first, row);
             e0 = rel_l2_fd(row, full, V);
             /* something live in the acts arena above the graph's mark */
             const size_t mark = arena_mark(&ctx->acts);
             tensor_new(ctx, LIFE_ACT, GDP_F32, SHAPE(1000));
-            decode_reset(&st);
-            decode_step(&st, ids[0], row);
-            er = rel_l2_fd(row, full, V);
+            decode_batch_step(&b, &ids[1], row);
+            er = rel_l2_fd(row, full + V, V);
             arena_rewind(&ctx->acts, mark);
-            gs = decode_graph_stats(&st.graph);
+            gs = decode_graph_stats(&b.graph);
             if (gs.captures != 2) {
                 printf("  %s: %d captures after the acts arena moved, want 2\n", label, gs.captures);
                 fails++;
             }
-            decode_reset(&st);
-            decode_prefill(&st, ids, T - 1, row);
+            const int64_t all_but_one = T - 1;
+            decode_batch_prefill(&b, ids, &all_but_one, row);
             ep = rel_l2_fd(row, full + (int64_t)(T - 2) * V, V);
-            decode_step(&st, ids[T - 1], row);
+            decode_batch_step(&b, &ids[T - 1], row);
             es = rel_l2_fd(row, full + (int64_t)(T - 1) * V, V);
             if (!(e0 <= 1e-4) || !(er <= 1e-4) || !(ep <= 1e-4) || !(es <= 1e-4)) {
-                printf("  %s: after reset %.3e, recaptured %.3e, prefill of %d %.3e, the step after it %.3e\n",
+                printf("  %s: prefill again %.3e, recaptured %.3e, prefill of %d %.3e, the step after it %.3e\n",
                        label, e0, er, T - 1, ep, es);
                 fails++;
             }
             free(row);
         }
-        decode_free(&st);
+        decode_batch_free(&b);
     }
     double maxd = 0;
     const int diff = bit_diffs(steps[0], steps[1], T, V, &maxd);
@@ -339,7 +344,7 @@ static int model_case(ModelConfig c, const char *label, int T, uint64_t seed) {
                maxd);
         fails++;
     }
-    printf("  %-34s T=%d: worst rel err %.2e, after reset %.2e, recaptured %.2e, prefill %.2e, then a step %.2e, "
+    printf("  %-34s T=%d: worst rel err %.2e, prefill again %.2e, recaptured %.2e, prefill %.2e, then a step %.2e, "
            "graph = plain bitwise: %s  %s\n",
            label, T, worst, e0, er, ep, es, diff ? "no" : "yes", fails ? "FAIL" : "ok");
     free(ids), free(full), free(steps[0]), free(steps[1]);
@@ -486,6 +491,187 @@ GPU_TEST(decode_batch_matches_each_alone) {
     GPU_EXPECT(batch_case(c, "split r=2, random mask", 2, 23) == 0, "split, groups of 2");
 }
 
+/* ---------------------------------------------------------------- sampling on the GPU */
+
+/* Whether the CPU, with u and top_p moved by up to 1e-5, picks `want` from row: an interval's
+ * boundary, which the GPU's order of summation may put on the other side (kernels/sample.h). */
+static bool boundary_explains(const float *row, const unsigned char *seen, int V, int n_tok, const SampleParams *p,
+                              double u, int want) {
+    float *work = (float *)xmalloc((size_t)V * sizeof(float));
+    const bool nucleus = p->top_p > 0 && p->top_p < 1;
+    bool hit = false;
+    for (int du = -1; du <= 1 && !hit; du++)
+        for (int dp = -1; dp <= 1 && !hit; dp++) {
+            if (!nucleus && dp) continue;
+            const double uu = fmin(fmax(u + du * 1e-5, 0.0), 0x1.fffffffffffffp-1);
+            memcpy(work, row, (size_t)V * sizeof(float));
+            int32_t out = -1;
+            SampleArgs a = {work, seen, NULL, n_tok, &uu, &out, 1, V, n_tok, p->temperature, p->top_k,
+                            p->top_p + dp * 1e-5, p->repetition_penalty};
+            sample_rows_cpu(&a);
+            hit = out == want;
+        }
+    free(work);
+    return hit;
+}
+
+typedef struct PickTally {
+    long rows, boundary, wrong, logit_rows_differ, not_repeated;
+} PickTally;
+
+/* Six sequences on CUDA (prompts of 1, 7, 0, 65, 257 and 300 tokens; 4, 13, 0, 1, 10 and 13 tokens
+ * made, so they end at different steps and one never starts), twice over the same batches: sampled
+ * on the GPU where the forward left the logits (decode_batch_*_pick, with keep_logits) and, on a
+ * second batch of the same model, brought back and sampled on the host (decode_batch_prefill/step +
+ * sampler_pick), both samplers seeded alike and both batches fed the host's tokens. Every row: the
+ * GPU's token is the host's, or (sampling) one a boundary explains; the GPU batch's logits
+ * (decode_batch_logits) are the host batch's bit for bit; the second round, which replays graphs
+ * the first captured and uploads the restarted sequences' masks again, gives the first round's
+ * tokens; the generators drew alike. At one step every sequence observes two more tokens than it
+ * is fed, more than the GPU's list of observed tokens holds. `group` > 0 caps the rows of a step's
+ * forward. Returns the number of failures. */
+enum { PN = 6, PMAX_LEN = 300, PSTEPS = 13 };
+static int pick_case(Model *m, const SampleParams *p, const char *label, int group, PickTally *t) {
+    static const int lens[PN] = {1, 7, 0, 65, 257, 300}, made[PN] = {4, 13, 0, 1, 10, 13};
+    const int V = (int)cfg_out_dim(&m->cfg), n_tok = V - 3;
+    Rng rng;
+    rng_seed(&rng, 41);
+    int32_t *prompts = (int32_t *)xmalloc((size_t)PN * PMAX_LEN * sizeof(int32_t));
+    int64_t lens64[PN], total = 0;
+    for (int i = 0; i < PN; i++) {
+        for (int k = 0; k < lens[i]; k++) prompts[total + k] = (int32_t)rng_below(&rng, (uint64_t)n_tok);
+        lens64[i] = lens[i], total += lens[i];
+    }
+    DecodeBatch pick, ref;
+    decode_batch_init(&pick, m, PN), decode_batch_init(&ref, m, PN);
+    pick.keep_logits = true;
+    if (group > 0) pick.group = ref.group = group;
+    Sampler sp, sr;
+    sampler_init(&sp, PN, n_tok, V, p, 7), sampler_init(&sr, PN, n_tok, V, p, 7);
+    float *logits = (float *)xmalloc((size_t)PN * V * sizeof(float));
+    int32_t got[PN], want[PN], feed[PN], first_round[PSTEPS][PN];
+    Rng before[PN];
+    int fails = 0;
+    for (int round = 0; round < 2; round++) {
+        int64_t off = 0;
+        for (int i = 0; i < PN; off += lens[i++])
+            sampler_start(&sp, i, prompts + off, lens[i]), sampler_start(&sr, i, prompts + off, lens[i]);
+        memcpy(before, sr.rng, sizeof before);
+        decode_batch_prefill_pick(&pick, prompts, lens64, &sp, got);
+        decode_batch_prefill(&ref, prompts, lens64, logits);
+        sampler_pick(&sr, logits, ref.ended, want);
+        for (int step = 0;; step++) {
+            int live = 0;
+            for (int i = 0; i < PN; i++) {
+                feed[i] = -1;
+                if (step >= made[i]) {
+                    if (got[i] != -1 || want[i] != -1) {
+                        printf("  %s: round %d step %d: ended sequence %d got %d (gpu) / %d (host)\n", label, round,
+                               step, i, got[i], want[i]);
+                        fails++;
+                    }
+                    continue;
+                }
+                t->rows++;
+                const float *kept = decode_batch_logits(&pick, i);
+                if (!kept || memcmp(kept, logits + (int64_t)i * V, (size_t)V * sizeof(float))) t->logit_rows_differ++;
+                if (round == 0) first_round[step][i] = got[i];
+                else if (got[i] != first_round[step][i]) t->not_repeated++;
+                if (got[i] != want[i]) {
+                    Rng draw = before[i];
+                    const double u = p->temperature > 0 ? rng_uniform(&draw) : 0;
+                    const unsigned char *mask = sr.seen ? sr.seen + (size_t)i * n_tok : NULL;
+                    if (p->temperature > 0 && got[i] >= 0 && got[i] < n_tok &&
+                        boundary_explains(logits + (int64_t)i * V, mask, V, n_tok, p, u, got[i])) {
+                        t->boundary++;
+                    } else if (++t->wrong <= 5) {
+                        printf("  %s: round %d step %d sequence %d: gpu %d, host %d (u %.17g)\n", label, round, step,
+                               i, got[i], want[i], u);
+                    }
+                }
+                if (step + 1 == made[i]) continue; /* its last token needs no step */
+                feed[i] = want[i];
+                sampler_observe(&sp, i, feed[i]), sampler_observe(&sr, i, feed[i]);
+                if (step == 2)
+                    for (int e = 1; e <= 2; e++) {
+                        const int32_t extra = (int32_t)((feed[i] + 17 * e) % n_tok);
+                        sampler_observe(&sp, i, extra), sampler_observe(&sr, i, extra);
+                    }
+                live++;
+            }
+            if (live == 0) break;
+            memcpy(before, sr.rng, sizeof before);
+            const int lp = decode_batch_step_pick(&pick, feed, &sp, got), lr = decode_batch_step(&ref, feed, logits);
+            if (lp != live || lr != live) {
+                printf("  %s: round %d step %d: %d / %d live, want %d\n", label, round, step + 1, lp, lr, live);
+                fails++;
+            }
+            sampler_pick(&sr, logits, ref.ended, want);
+        }
+    }
+    if (memcmp(sp.rng, sr.rng, sizeof(Rng) * PN)) {
+        printf("  %s: the GPU sampler's generators drew other than the host's\n", label);
+        fails++;
+    }
+    const DecodeGraphStats gs = decode_graph_stats(&pick.graph);
+    if (gs.capture_failed || gs.replays == 0) {
+        printf("  %s: graphs: %d captures, %lld replays%s\n", label, gs.captures, (long long)gs.replays,
+               gs.capture_failed ? ", a capture failed" : "");
+        fails++;
+    }
+    decode_batch_free(&pick), decode_batch_free(&ref);
+    sampler_free(&sp), sampler_free(&sr);
+    free(prompts), free(logits);
+    return fails;
+}
+
+static const SampleParams pick_settings[] = {
+    {0, 0, 1, 1}, {0, 0, 1, 1.3}, {0.8, 40, 0.9, 1.3}, {1.0, 40, 1, 1.3},
+};
+static const char *pick_labels[] = {
+    "greedy", "greedy, penalty 1.3", "T 0.8, top-k 40, top-p 0.9, penalty 1.3", "T 1, top-k 40, penalty 1.3",
+};
+
+static Model *pick_model(Ctx **ctx, ParamStore *ps, Model *m) {
+    ModelConfig c;
+    model_config_preset(&c, "tiny");
+    c.initializer_range = 0.2;
+    *ctx = ctx_create(DEV_CUDA, ctx_default_sizes());
+    model_create(m, &c, *ctx, ps, 51);
+    return m;
+}
+
+GPU_TEST(decode_pick_matches_logits_and_sampler) {
+    Ctx *ctx;
+    ParamStore ps;
+    Model m;
+    pick_model(&ctx, &ps, &m);
+    PickTally all = {0};
+    for (size_t k = 0; k < GDP_ARRAY_LEN(pick_settings); k++)
+        for (int group = 0; group <= 2; group += 2) {
+            PickTally t = {0};
+            const int f = pick_case(&m, &pick_settings[k], pick_labels[k], group, &t);
+            printf("  %-42s group %d: %ld rows, %ld boundary, %ld wrong, %ld logit rows differ, %ld not repeated  %s\n",
+                   pick_labels[k], group, t.rows, t.boundary, t.wrong, t.logit_rows_differ, t.not_repeated,
+                   f || t.wrong || t.logit_rows_differ || t.not_repeated ? "FAIL" : "ok");
+            GPU_EXPECT(f == 0, "%s, group %d: %d failures", pick_labels[k], group, f);
+            GPU_EXPECT(pick_settings[k].temperature > 0 || t.boundary == 0,
+                       "%s, group %d: greedy picks must equal the host's exactly", pick_labels[k], group);
+            all.rows += t.rows, all.boundary += t.boundary, all.wrong += t.wrong;
+            all.logit_rows_differ += t.logit_rows_differ, all.not_repeated += t.not_repeated;
+        }
+    GPU_EXPECT(all.wrong == 0, "%ld of %ld rows picked other than the host away from any boundary", all.wrong,
+               all.rows);
+    GPU_EXPECT(all.boundary <= 1 + all.rows / 1000, "%ld of %ld rows are boundary cases: more than 1 in 1000",
+               all.boundary, all.rows);
+    GPU_EXPECT(all.logit_rows_differ == 0, "%ld logit rows of the GPU-sampled batch differ from the host batch's",
+               all.logit_rows_differ);
+    GPU_EXPECT(all.not_repeated == 0, "%ld rows gave another token in the second round", all.not_repeated);
+    model_free(&m);
+    params_free_store(&ps);
+    ctx_destroy(ctx);
+}
+
 /* ---------------------------------------------------------------- small run for compute-sanitizer */
 static int sanitize_main(void) {
     double worst;
@@ -497,6 +683,14 @@ static int sanitize_main(void) {
     f += model_case(c, "split r=2 (sanitize)", 4, 3);
     model_config_preset(&c, "tiny");
     f += batch_case(c, "householder (sanitize)", 2, 4);
+    Ctx *ctx;
+    ParamStore ps;
+    Model m;
+    PickTally t = {0};
+    f += pick_case(pick_model(&ctx, &ps, &m), &pick_settings[2], "sampled (sanitize)", 2, &t) + (int)t.wrong;
+    model_free(&m);
+    params_free_store(&ps);
+    ctx_destroy(ctx);
     printf("sanitize run: %s\n", f ? "FAILED" : "done");
     return f ? 1 : 0;
 }

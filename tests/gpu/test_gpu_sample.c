@@ -5,11 +5,13 @@
  *     value repeated, signed zeros with -inf), vocabularies of 1 to 4097 tokens and 32000, with and
  *     without padding columns past n_tok (filled with a logit larger than any candidate, so that a
  *     padding id picked shows), 64 rows a batch, u from each row's Rng (u = 0 and the largest u below
- *     1 on two rows). A row must give the CPU's id; where it does not, the CPU run again with u and
+ *     1 on two rows), the GPU reading the masks through seen_row every other batch (in reverse order,
+ *     in wider rows). A row must give the CPU's id; where it does not, the CPU run again with u and
  *     top_p moved by up to 1e-5 must give the GPU's id (a boundary that summation order may flip),
  *     else the row fails. Rows of continuous logits may have at most one such boundary row per 1000;
  *   - the same batch twice gives the same ids; nothing is written past the rows or n_tok
- *     (the argument checks, shared with the CPU reference, are tests/test_model.c's).
+ *     (the argument checks, shared with the CPU reference, are tests/test_model.c's);
+ *   - sample_mark_seen_cuda sets exactly the listed tokens of the listed masks.
  * `test_gpu_sample --bench` prints the time of a 64 x 32000 batch for a few settings instead;
  * `test_gpu_sample NAME...` runs only the tests whose name contains one of the NAMEs. */
 #include <math.h>
@@ -107,7 +109,7 @@ static int cpu_one(const float *row0, const unsigned char *seen, int v, int n, c
     float *row = (float *)xmalloc((size_t)v * sizeof(float));
     memcpy(row, row0, (size_t)v * sizeof(float));
     int32_t out = -1;
-    SampleArgs a = {row, seen, &u, &out, 1, v, n, s->temperature, s->top_k, top_p, s->penalty};
+    SampleArgs a = {row, seen, NULL, 0, &u, &out, 1, v, n, s->temperature, s->top_k, top_p, s->penalty};
     sample_rows_cpu(&a);
     free(row);
     return out;
@@ -156,14 +158,30 @@ static void run_batch(const Setting *s, int dist, int v, int n, int rows, uint64
     int32_t *cpu = (int32_t *)xmalloc((size_t)rows * sizeof(int32_t));
     int32_t *gpu = (int32_t *)xmalloc((size_t)rows * sizeof(int32_t));
     memcpy(work, logits, nl * sizeof(float));
-    SampleArgs ca = {work, seen, sampling ? u : NULL, cpu, rows, v, n, s->temperature, s->top_k, s->top_p, s->penalty};
+    SampleArgs ca = {work, seen, NULL, 0, sampling ? u : NULL, cpu, rows, v, n, s->temperature, s->top_k, s->top_p,
+                     s->penalty};
     sample_rows_cpu(&ca);
 
+    /* every other batch the GPU finds the masks through seen_row: in reverse order, in wider rows */
+    const bool by_index = seen && seed % 2;
+    const int64_t stride = by_index ? v + 7 : 0;
+    unsigned char *masks = seen;
+    int32_t *mask_of = NULL;
+    if (by_index) {
+        masks = (unsigned char *)xcalloc((size_t)(rows * stride), 1);
+        mask_of = (int32_t *)xmalloc((size_t)rows * sizeof(int32_t));
+        for (int i = 0; i < rows; i++) {
+            mask_of[i] = rows - 1 - i;
+            memcpy(masks + mask_of[i] * stride, seen + (size_t)i * v, (size_t)v);
+        }
+    }
     float *d_logits = dev_copy(logits, nl * sizeof(float));
-    unsigned char *d_seen = seen ? (unsigned char *)dev_copy(seen, nl) : NULL;
+    unsigned char *d_seen = seen ? (unsigned char *)dev_copy(masks, by_index ? (size_t)(rows * stride) : nl) : NULL;
+    int32_t *d_mask_of = by_index ? (int32_t *)dev_copy(mask_of, (size_t)rows * sizeof(int32_t)) : NULL;
     double *d_u = sampling ? (double *)dev_copy(u, (size_t)rows * sizeof(double)) : NULL;
     int32_t *d_out = (int32_t *)dev_copy(NULL, (size_t)rows * sizeof(int32_t));
-    SampleArgs ga = {d_logits, d_seen, d_u, d_out, rows, v, n, s->temperature, s->top_k, s->top_p, s->penalty};
+    SampleArgs ga = {d_logits, d_seen, d_mask_of, stride, d_u, d_out, rows, v, n, s->temperature, s->top_k, s->top_p,
+                     s->penalty};
     sample_rows_cuda(&ga, NULL);
     CUDA_CHECK(cudaMemcpy(gpu, d_out, (size_t)rows * sizeof(int32_t), cudaMemcpyDeviceToHost));
 
@@ -188,8 +206,10 @@ static void run_batch(const Setting *s, int dist, int v, int n, int rows, uint64
     }
     CUDA_CHECK(cudaFree(d_logits));
     if (d_seen) CUDA_CHECK(cudaFree(d_seen));
+    if (d_mask_of) CUDA_CHECK(cudaFree(d_mask_of));
     if (d_u) CUDA_CHECK(cudaFree(d_u));
     CUDA_CHECK(cudaFree(d_out));
+    if (by_index) free(masks), free(mask_of);
     free(logits), free(work), free(seen), free(u), free(cpu), free(gpu);
 }
 
@@ -248,7 +268,7 @@ GPU_TEST(deterministic_and_in_bounds) {
         DevBuf ds = dev_buf(1, nl, 1, seen);
         DevBuf du = dev_buf(1, (size_t)rows * sizeof(double), 8, u);
         DevBuf dout = dev_buf(1, (size_t)rows * sizeof(int32_t), 4, NULL);
-        SampleArgs a = {(float *)dl.p, (const unsigned char *)ds.p, (const double *)du.p, (int32_t *)dout.p,
+        SampleArgs a = {(float *)dl.p, (const unsigned char *)ds.p, NULL, 0, (const double *)du.p, (int32_t *)dout.p,
                         rows, v, n, s->temperature, s->top_k, s->top_p, s->penalty};
         sample_rows_cuda(&a, NULL);
         CUDA_CHECK(cudaDeviceSynchronize());
@@ -265,6 +285,40 @@ GPU_TEST(deterministic_and_in_bounds) {
     for (int i = 0; i < rows; i++) same += first[i] == again[i];
     GPU_EXPECT(same == rows, "only %d of %d rows gave the same id on a second run", same, rows);
     free(logits), free(back), free(seen), free(u);
+}
+
+/* A Sampler's masks on the GPU catch up with the tokens it observed (layers/sampler.c): the listed
+ * (mask, token) cells become 1, ids outside [0, n_tok) and repeats included, and no other byte of the
+ * masks or around them changes. */
+GPU_TEST(mark_seen_sets_the_listed_tokens) {
+    enum { MASKS = 9, COUNT = 40 };
+    const int n_tok = 1000;
+    const int64_t stride = 1003;
+    const size_t bytes = (size_t)(MASKS * stride);
+    Rng r;
+    rng_seed(&r, 31);
+    unsigned char *masks = (unsigned char *)xmalloc(bytes), *want = (unsigned char *)xmalloc(bytes);
+    unsigned char *back = (unsigned char *)xmalloc(bytes);
+    for (size_t i = 0; i < bytes; i++) masks[i] = rng_below(&r, 20) == 0;
+    memcpy(want, masks, bytes);
+    int32_t seq[COUNT], tok[COUNT];
+    for (int j = 0; j < COUNT; j++) {
+        static const int32_t outside[3] = {-1, 1000, 1002};
+        seq[j] = (int32_t)rng_below(&r, MASKS);
+        tok[j] = j % 7 == 3 ? outside[j % 3] : j % 5 == 4 ? tok[j - 1] : (int32_t)rng_below(&r, (uint64_t)n_tok);
+        if (tok[j] >= 0 && tok[j] < n_tok) want[seq[j] * stride + tok[j]] = 1;
+    }
+    DevBuf dm = dev_buf(1, bytes, 1, masks);
+    DevBuf dseq = dev_buf(1, sizeof seq, 4, seq), dtok = dev_buf(1, sizeof tok, 4, tok);
+    sample_mark_seen_cuda((unsigned char *)dm.p, stride, (const int32_t *)dseq.p, (const int32_t *)dtok.p, COUNT, n_tok,
+                          NULL);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    GPU_EXPECT(dev_take(&dm, back), "masks: bytes around them were written");
+    GPU_EXPECT(dev_take(&dseq, NULL) && dev_take(&dtok, NULL), "the token list was written");
+    size_t wrong = 0;
+    for (size_t i = 0; i < bytes; i++) wrong += back[i] != want[i];
+    GPU_EXPECT(wrong == 0, "%zu mask bytes differ from the host's marks", wrong);
+    free(masks), free(want), free(back);
 }
 
 /* 64 x 32000 on a stream, the logits restored from a pristine copy before each call. */
@@ -290,7 +344,8 @@ static void sample_bench(void) {
     printf("sampling 64 x 32000 (ms a call, the restoring copy subtracted):\n");
     for (size_t w = 0; w < GDP_ARRAY_LEN(which); w++) {
         const Setting *s = &settings[which[w]];
-        SampleArgs a = {work, s->penalty != 1 ? seen : NULL, u, out, rows, v, v, s->temperature, s->top_k, s->top_p,
+        SampleArgs a = {work, s->penalty != 1 ? seen : NULL, NULL, 0, u, out, rows, v, v, s->temperature, s->top_k,
+                        s->top_p,
                         s->penalty};
         float ms_all = 0, ms_copy = 0;
         for (int pass = 0; pass < 2; pass++) {

@@ -41,7 +41,7 @@ static const CliCommand gen_cmd = {
     "the prompt and the continuation; with --prompts, one line per prompt (its continuation, newlines as\n"
     "\\n). With --batch N, N prompts at a time are decoded together: each keeps its own state and\n"
     "generator, so its continuation is the one it gets alone. With --device cuda every layer of a step\n"
-    "runs on the GPU (a step replays a captured CUDA graph) and only the logits come back for sampling.",
+    "and the sampling run on the GPU (a step replays a captured CUDA graph) and only the tokens come back.",
     gen_opts, (int)GDP_ARRAY_LEN(gen_opts)};
 
 typedef struct GenArgs {
@@ -172,14 +172,13 @@ static bool seq_append(const GenRun *g, Seq *s, int t, size_t keep) {
 }
 
 /* Prompts [first, first + n) decoded together (n <= g->rows): each prompt's prefill, then a step
- * of every live sequence per token, each sampled from its own logits by the Sampler (a generator
- * per sequence, seeded alike, so a prompt's continuation does not depend on the batch it is in),
- * until --tokens, the stop token or the stop string. Prints each continuation when the group is done
- * (or streams, one prompt alone). Adds the tokens made and the prefill and decode seconds to the
- * totals. */
+ * of every live sequence per token, each sampled from its own logits by the Sampler where they are
+ * (a generator per sequence, seeded alike, so a prompt's continuation does not depend on the batch
+ * it is in), until --tokens, the stop token or the stop string. Prints each continuation when the
+ * group is done (or streams, one prompt alone). Adds the tokens made and the prefill and decode
+ * seconds to the totals. */
 static void generate_group(GenRun *g, const Prompts *p, int first, int n, GenTotals *tot) {
     const GenArgs *a = g->a;
-    const int64_t V = cfg_out_dim(&g->m->cfg);
     const size_t keep = a->stop ? strlen(a->stop) - 1 : 0;
     const int rows = g->rows;
     Seq *sq = (Seq *)xcalloc((size_t)rows, sizeof(Seq));
@@ -201,21 +200,19 @@ static void generate_group(GenRun *g, const Prompts *p, int first, int n, GenTot
         done[i] = a->tokens == 0;
     }
     int32_t *next = (int32_t *)xmalloc((size_t)rows * sizeof(int32_t));
-    float *logits = (float *)xmalloc((size_t)(rows * V) * sizeof(float));
+    int32_t *feed = (int32_t *)xmalloc((size_t)rows * sizeof(int32_t));
     if (!a->prompts) print_bytes((const uint8_t *)p->text[first], p->len[first]), fflush(stdout);
 
     double t = gdp_now_seconds();
-    decode_batch_prefill(&g->dec, ids, lens, logits);
-    device_synchronize(g->m->ctx->device);
+    decode_batch_prefill_pick(&g->dec, ids, lens, &g->smp, next);
     tot->prefill_s += gdp_now_seconds() - t, tot->prompt_tokens += total;
     t = gdp_now_seconds();
     for (int live = n; live > 0;) {
-        sampler_pick(&g->smp, logits, done, next);
         for (int i = 0; i < rows; i++) {
+            feed[i] = -1;
             if (done[i]) continue;
             Seq *s = &sq[i];
             const int tok = next[i];
-            next[i] = -1;
             if (tok == g->stop_token) {
                 done[i] = true;
                 continue;
@@ -228,11 +225,11 @@ static void generate_group(GenRun *g, const Prompts *p, int first, int n, GenTot
                 emit(g, &s->out, s->shown, to);
                 s->shown = to;
             }
-            if (!done[i]) next[i] = tok; /* the last token needs no step */
+            if (!done[i]) feed[i] = tok; /* the last token needs no step */
         }
         live = 0;
-        for (int i = 0; i < rows; i++) live += next[i] >= 0;
-        if (live > 0) decode_batch_step(&g->dec, next, logits);
+        for (int i = 0; i < rows; i++) live += feed[i] >= 0;
+        if (live > 0) decode_batch_step_pick(&g->dec, feed, &g->smp, next);
     }
     tot->decode_s += gdp_now_seconds() - t;
     for (int i = 0; i < n; i++) {
@@ -242,7 +239,7 @@ static void generate_group(GenRun *g, const Prompts *p, int first, int n, GenTot
         bytebuf_free(&sq[i].out);
     }
     fflush(stdout);
-    free(sq), free(done), free(lens), free(ids), free(next), free(logits);
+    free(sq), free(done), free(lens), free(ids), free(next), free(feed);
 }
 
 int cmd_generate(int argc, char **argv) {
