@@ -1,7 +1,7 @@
 #!/bin/sh
 # The trainer across ranks on the CPU: `mpirun -np 2 gdp train --batch 2` must give the same
 # per-step losses (float tolerance) and the same final weights (judged by the eval loss of the
-# final checkpoint) as one rank with --batch 4, for 20 steps; with --zero 1 too; each with one
+# final checkpoint, to the same tolerance) as one rank with --batch 4, for 20 steps; with --zero 1 too; each with one
 # reduction after backward (--bucket-mb 0) and with 3 gradient buckets reduced during backward
 # (--bucket-mb 0.01), whose losses must equal the unbucketed run's exactly (the bit-identical
 # weights are checked by tests/test_dist_mpi.c). Then resuming: 2 -> 2 ranks exactly, 2 -> 1 and
@@ -40,7 +40,10 @@ for z in 0 1; do
             echo "ok: zero $z, bucket-mb $mb: 20 step losses of 2 ranks x 2 match 1 rank x 4 (worst rel $rel)"
         fi
         e2=$("$GDP" eval --checkpoint "$TMP/$run" --data "$TMP/text.txt" --seq 32 --batch 4 --batches 4 | grep -o 'loss [0-9.]*' | head -1)
-        if [ -n "$e1" ] && [ "$e1" = "$e2" ]; then echo "ok: zero $z, bucket-mb $mb: final weights give the same eval $e1"
+        # the weights differ by rounding (the losses above by up to 1e-5): so may the eval's last digit
+        if [ -n "$e1" ] && [ -n "$e2" ] && awk -v a="${e1#loss }" -v b="${e2#loss }" \
+            'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }'; then
+            echo "ok: zero $z, bucket-mb $mb: final weights give the same eval within rel 1e-5: $e1, $e2"
         else echo "FAIL: zero $z, bucket-mb $mb: eval of the final checkpoints differs: '$e1' vs '$e2'"; fail=1; fi
     done
     if [ "$(cut -f2,4 "$TMP/two${z}_0/log.tsv")" = "$(cut -f2,4 "$TMP/two${z}_0.01/log.tsv")" ]; then
