@@ -9,6 +9,8 @@
 # (--only REGEX picks runs by name; device time is limited). At the end the table of every
 # finished run, ours beside the paper's expected outcome, is written into docs/state_tracking.md
 # between the markers of --table (gpu or cpu), with combined plots in the --out folder.
+# --seeds 1,2,3 runs every selected configuration once per seed (folders NAME_seedS) and the table
+# gives each configuration's mean over the seeds with the range, and how many seeds learned it.
 #
 #   scripts/state_tracking.sh --list                           # the run names
 #   scripts/state_tracking.sh --only 'S3_hh'                   # the S3 householder runs (GPU defaults)
@@ -27,7 +29,7 @@ LR=1e-3
 TEST_SEQS=2048
 EVAL_EVERY=250
 EARLY_STOP=0.99
-SEED=1
+SEEDS=1
 JOBS=1
 ONLY=""
 OUT=runs/state_tracking
@@ -51,7 +53,8 @@ options:
   --test-seqs N      test words of length 512 (default $TEST_SEQS)
   --eval-every N     accuracy check at length 128 every N steps (default $EVAL_EVERY)
   --early-stop ACC   stop a run once a check reaches ACC (default $EARLY_STOP, as the paper; 0 = off)
-  --seed N           seed (default $SEED)
+  --seed N           seed (default $SEEDS)
+  --seeds LIST       several seeds, comma-separated (e.g. 1,2,3): each configuration once per seed
   --jobs N           runs at a time (default $JOBS; on the cpu give each its own core)
   --out DIR          folder of the run folders (default $OUT)
   --table gpu|cpu    which table of $DOC to write (default: gpu for cuda, cpu for cpu)
@@ -74,7 +77,7 @@ while [ $# -gt 0 ]; do
         --test-seqs) TEST_SEQS=$2; shift 2 ;;
         --eval-every) EVAL_EVERY=$2; shift 2 ;;
         --early-stop) EARLY_STOP=$2; shift 2 ;;
-        --seed) SEED=$2; shift 2 ;;
+        --seed|--seeds) SEEDS=$2; shift 2 ;;
         --jobs) JOBS=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --table) TABLE=$2; shift 2 ;;
@@ -89,6 +92,14 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$TABLE" ] || { [ "$DEVICE" = cpu ] && TABLE=cpu || TABLE=gpu; }
 case "$TABLE" in gpu|cpu) ;; *) echo "state_tracking.sh: --table '$TABLE': use gpu or cpu" >&2; exit 2 ;; esac
+IFS=, read -r -a SEED_LIST <<<"$SEEDS"
+for s in "${SEED_LIST[@]}"; do
+    case "$s" in ''|*[!0-9]*) echo "state_tracking.sh: --seeds '$SEEDS': give seeds as numbers, e.g. 1,2,3" >&2; exit 2 ;; esac
+done
+MULTI=0
+[ ${#SEED_LIST[@]} -gt 1 ] && MULTI=1
+# the folder of one run: NAME with one seed, NAME_seedS with several
+dir_of() { if [ $MULTI -eq 1 ]; then echo "$OUT/$1_seed$2"; else echo "$OUT/$1"; fi; }
 
 # ---- the grid: name and gdp tasks flags -----------------------------------------------------------
 RUNS=()
@@ -125,40 +136,47 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 # ---- the runs --------------------------------------------------------------------------------------
 run_one() {
-    local name=$1 dir="$OUT/$1"
+    local name=$1 seed=$2 dir
+    dir=$(dir_of "$1" "$2")
     # shellcheck disable=SC2086 # FLAGS holds several words on purpose
     "$GDP" tasks ${FLAGS[$name]} --train-len 128 --test-len 512 --steps "$STEPS" --batch "$BATCH" --lr "$LR" \
-        --test-seqs "$TEST_SEQS" --eval-every "$EVAL_EVERY" --early-stop "$EARLY_STOP" --seed "$SEED" \
+        --test-seqs "$TEST_SEQS" --eval-every "$EVAL_EVERY" --early-stop "$EARLY_STOP" --seed "$seed" \
         --device "$DEVICE" --print-every 100 --out "$dir" ${EXTRA[@]+"${EXTRA[@]}"} >"$dir.log" 2>&1
 }
 
 if [ $TABLE_ONLY -eq 0 ]; then
     running=0
     failed=()
-    for name in "${RUNS[@]}"; do
-        selected "$name" || continue
-        if [ -s "$OUT/$name/result.txt" ] && [ $FORCE -eq 0 ]; then
-            echo "== $name: done before ($OUT/$name/result.txt); --force reruns it"
-            continue
-        fi
-        rm -rf "${OUT:?}/$name"
-        mkdir -p "$OUT/$name"
-        echo "== $name: gdp tasks ${FLAGS[$name]} (log: $OUT/$name.log)"
-        if [ "$JOBS" -le 1 ]; then
-            run_one "$name" || failed+=("$name")
-            grep '^result:' "$OUT/$name.log" || tail -5 "$OUT/$name.log"
-        else
-            run_one "$name" &
-            running=$((running + 1))
-            if [ $running -ge "$JOBS" ]; then wait -n || true; running=$((running - 1)); fi
-        fi
+    for seed in "${SEED_LIST[@]}"; do
+        for name in "${RUNS[@]}"; do
+            selected "$name" || continue
+            dir=$(dir_of "$name" "$seed")
+            if [ -s "$dir/result.txt" ] && [ $FORCE -eq 0 ]; then
+                echo "== ${dir#"$OUT"/}: done before ($dir/result.txt); --force reruns it"
+                continue
+            fi
+            rm -rf "${dir:?}"
+            mkdir -p "$dir"
+            echo "== ${dir#"$OUT"/}: gdp tasks ${FLAGS[$name]} --seed $seed (log: $dir.log)"
+            if [ "$JOBS" -le 1 ]; then
+                run_one "$name" "$seed" || failed+=("${dir#"$OUT"/}")
+                grep '^result:' "$dir.log" || tail -5 "$dir.log"
+            else
+                run_one "$name" "$seed" &
+                running=$((running + 1))
+                if [ $running -ge "$JOBS" ]; then wait -n || true; running=$((running - 1)); fi
+            fi
+        done
     done
     wait || true
     if [ "$JOBS" -gt 1 ]; then
-        for name in "${RUNS[@]}"; do
-            if selected "$name" && [ -f "$OUT/$name.log" ]; then
-                grep '^result:' "$OUT/$name.log" || echo "$name: no result (see $OUT/$name.log)"
-            fi
+        for seed in "${SEED_LIST[@]}"; do
+            for name in "${RUNS[@]}"; do
+                dir=$(dir_of "$name" "$seed")
+                if selected "$name" && [ -f "$dir.log" ]; then
+                    grep '^result:' "$dir.log" || echo "${dir#"$OUT"/}: no result (see $dir.log)"
+                fi
+            done
         done
     fi
     [ ${#failed[@]} -eq 0 ] || echo "failed: ${failed[*]} (see their .log files)"
@@ -178,8 +196,34 @@ expected() {
     esac
 }
 field() { awk -F'\t' -v k="$2" '$1 == k { print $2 }' "$1"; }
+# "mean (min-max)" of one result field over the seeds' result files; FORMAT is printf's for one value
+spread() {
+    local key=$1 fmt=$2; shift 2
+    for f in "$@"; do field "$f" "$key"; done | awk -v fmt="$fmt" '
+        { v[NR] = $1; s += $1; if (NR == 1 || $1 < lo) lo = $1; if (NR == 1 || $1 > hi) hi = $1 }
+        END { m = sprintf(fmt, s / NR); a = sprintf(fmt, lo); b = sprintf(fmt, hi)
+              if (a == b) print m; else print m " (" a "-" b ")" }'
+}
+row_of_seeds() {
+    local name=$1 files=() s f
+    for s in "${SEED_LIST[@]}"; do
+        f="$(dir_of "$name" "$s")/result.txt"
+        [ -s "$f" ] && files+=("$f")
+    done
+    [ ${#files[@]} -gt 0 ] || return 0
+    local learned=0
+    for f in "${files[@]}"; do
+        awk -v a="$(field "$f" acc_train_len)" 'BEGIN { exit !(a >= 0.9) }' && learned=$((learned + 1))
+    done
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s/%s | %s |\n' "$name" "$(field "${files[0]}" label)" \
+        "${#files[@]}" "$(spread steps %.0f "${files[@]}")" "$(spread acc_train_len %.3f "${files[@]}")" \
+        "$(spread acc_test_len %.3f "${files[@]}")" "$(spread len_90 %.0f "${files[@]}")" \
+        "$(spread token_acc %.3f "${files[@]}")" "$(spread last_loss %.4f "${files[@]}")" "$learned" "${#files[@]}" \
+        "$(expected "$name")"
+}
 row_of() {
     local name=$1 f="$OUT/$1/result.txt"
+    [ $MULTI -eq 1 ] && { row_of_seeds "$name"; return; }
     [ -s "$f" ] || return 0
     local desc
     desc=$(field "$f" label)
@@ -192,24 +236,32 @@ row_of() {
 TABLE_FILE=$(mktemp)
 trap 'rm -f "$TABLE_FILE"' EXIT
 {
-    first=$(for n in "${RUNS[@]}"; do [ -s "$OUT/$n/result.txt" ] && echo "$OUT/$n/result.txt" && break; done || true)
+    first=$(for n in "${RUNS[@]}"; do for s in "${SEED_LIST[@]}"; do
+        f="$(dir_of "$n" "$s")/result.txt"; [ -s "$f" ] && echo "$f" && break 2; done; done || true)
     if [ -n "$first" ]; then
         echo "Settings (from \`$first\`): model $(field "$first" model); device $(field "$first" device)," \
              "batch $(field "$first" batch), at most $(field "$first" steps_max) steps (early stop at accuracy" \
              "$(field "$first" early_stop) at length 128, checked every $(field "$first" eval_every) steps; 0 = off)," \
              "lr $(field "$first" lr) cosine to 0, $(field "$first" test_seqs) test words of length" \
-             "$(field "$first" test_len), seed $(field "$first" seed). Folder: \`$OUT\`; table written by" \
+             "$(field "$first" test_len), $([ $MULTI -eq 1 ] && echo "seeds $SEEDS (each cell: the mean, and the range" \
+             "over the seeds where they differ; learned: the seeds with acc@128 >= 0.9)" || echo "seed $(field "$first" seed)")." \
+             "Folder: \`$OUT\`; table written by" \
              "\`scripts/state_tracking.sh\` on $(date -u +%Y-%m-%d)."
         echo
     fi
-    echo "| run | config | steps | acc@128 | acc@512 | L(acc>=0.9) | per-position acc | final loss | paper's expected outcome |"
-    echo "|---|---|---|---|---|---|---|---|---|"
+    if [ $MULTI -eq 1 ]; then
+        echo "| run | config | seeds | steps | acc@128 | acc@512 | L(acc>=0.9) | per-position acc | final loss | learned | paper's expected outcome |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    else
+        echo "| run | config | steps | acc@128 | acc@512 | L(acc>=0.9) | per-position acc | final loss | paper's expected outcome |"
+        echo "|---|---|---|---|---|---|---|---|---|"
+    fi
     n_rows=0
     for n in "${RUNS[@]}"; do
         r=$(row_of "$n")
         [ -n "$r" ] && { echo "$r"; n_rows=$((n_rows + 1)); }
     done
-    [ $n_rows -gt 0 ] || echo "| (no finished runs in \`$OUT\`) | | | | | | | | |"
+    [ $n_rows -gt 0 ] || echo "| (no finished runs in \`$OUT\`) |"
 } >"$TABLE_FILE"
 
 if [ -f "$DOC" ] && grep -q "<!-- table:$TABLE:begin -->" "$DOC"; then
@@ -227,7 +279,10 @@ cat "$TABLE_FILE"
 for set in S3_hh S5_hh S3_split S5_split; do
     dirs=()
     for n in "${RUNS[@]}"; do
-        case "$n" in "$set"_*) [ -s "$OUT/$n/accuracy.tsv" ] && dirs+=("$OUT/$n") ;; esac
+        for s in "${SEED_LIST[@]}"; do
+            d=$(dir_of "$n" "$s")
+            case "$n" in "$set"_*) [ -s "$d/accuracy.tsv" ] && dirs+=("$d") ;; esac
+        done
     done
     [ ${#dirs[@]} -gt 0 ] && "$GDP" tasks --plot "$OUT/$set" "${dirs[@]}"
 done

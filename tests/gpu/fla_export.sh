@@ -24,22 +24,39 @@ expand_v_2:--set expand_v=2
 n_h_3:--set num_householder=3
 no_forget_gate:--set use_forget_gate=false
 all_five:--set tie_word_embeddings=false --set use_output_gate=false --set use_short_conv=false --set expand_v=2 --set num_householder=3"
-echo "$variants" | while IFS=: read -r name sets; do
-    d="$TMP/$name"
+# one variant: train, dump logits, export, check; its lines go to $TMP/$name.log
+check_variant() {
+    name=$1 sets=$2 d="$TMP/$1" out="$TMP/$1.out"
     # shellcheck disable=SC2086 # $sets is a list of flags
     if ! "$GDP" train --data "$TMP/text.txt" --device cpu $sets --steps 8 --batch 4 --seq 64 --lr 5e-3 --warmup 2 \
-        --out "$d" >"$TMP/out" 2>&1; then
-        bad "$name: train"; cat "$TMP/out"; continue
+        --out "$d" >"$out" 2>&1; then
+        bad "$name: train"; cat "$out"; return
     fi
     if ! "$GDP" eval --checkpoint "$d" --data "$TMP/text.txt" --device cpu --batch 2 --seq 128 --batches 1 \
-        --dump-logits "$d.h5" >"$TMP/out" 2>&1 || ! "$PY" scripts/export_hf.py "$d" "${d}_hf" >>"$TMP/out" 2>&1; then
-        bad "$name: eval --dump-logits or export"; cat "$TMP/out"; continue
+        --dump-logits "$d.h5" >"$out" 2>&1 || ! "$PY" scripts/export_hf.py "$d" "${d}_hf" >>"$out" 2>&1; then
+        bad "$name: eval --dump-logits or export"; cat "$out"; return
     fi
-    if "$PY" scripts/check_fla_export.py "${d}_hf" "$d.h5" "$name" fp32 bf16 >"$TMP/out" 2>&1; then
-        ok "$name: $(grep -c PASS "$TMP/out") checks"
+    if "$PY" scripts/check_fla_export.py "${d}_hf" "$d.h5" "$name" fp32 bf16 >"$out" 2>&1; then
+        ok "$name: $(grep -c PASS "$out") checks"
     else
         bad "$name"
     fi
-    grep -E 'PASS|FAIL' "$TMP/out"
-done | tee "$TMP/log"
+    grep -E 'PASS|FAIL' "$out"
+}
+
+# The variants run side by side (each is a CPU training and a Python process on the GPU, mostly
+# start-up), at most JOBS (default 4) at a time; their reports are printed in the list's order.
+jobs=${JOBS:-4}
+names=""
+i=0
+while IFS=: read -r name sets; do
+    check_variant "$name" "$sets" >"$TMP/$name.log" 2>&1 &
+    names="$names $name"
+    i=$((i + 1))
+    if [ $((i % jobs)) -eq 0 ]; then wait; fi
+done <<VARIANTS
+$variants
+VARIANTS
+wait
+for name in $names; do cat "$TMP/$name.log"; done | tee "$TMP/log"
 ! grep -q '^FAIL' "$TMP/log"
