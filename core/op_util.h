@@ -1,4 +1,4 @@
-/* Argument checks and small helpers shared by the op glue files in core/ops/. */
+/* Argument checks and small helpers shared by the ops' node files in core/ops/. */
 #pragma once
 #include "base/common.h"
 #include "core/ctx.h"

@@ -1,6 +1,8 @@
 /* out = a + b with b broadcast: a is [outer, inner], b is [inner].
  * Backward: da = dout, db[j] = sum over outer of dout[., j]; `accumulate` adds into the
- * destination instead of overwriting it (the gradient set-or-accumulate rule). */
+ * destination instead of overwriting it (the gradient set-or-accumulate rule).
+ * Defined in core/ops/add.c (the CPU kernels, beside the op's tape node: the reference the CUDA
+ * kernels are tested against) and kernels/add.cu (the CUDA kernels). */
 #pragma once
 #include <stdint.h>
 

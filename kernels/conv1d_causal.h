@@ -15,7 +15,9 @@
  * Documents: doc_start, int32 [B, T] (device memory on CUDA) or NULL, is nonzero where a document
  * begins inside a row; a position then reads no x before its document's start, as if its row began
  * there (x before it is zero), so no window crosses a boundary, and the backward is that function's.
- * NULL runs the plain kernels, the same code and bits as without the argument. */
+ * NULL runs the plain kernels, the same code and bits as without the argument.
+ * Defined in core/ops/conv1d_causal.c (the CPU kernels, beside the op's tape node: the reference the CUDA
+ * kernels are tested against) and kernels/conv1d_causal.cu (the CUDA kernels). */
 #pragma once
 #include <stdint.h>
 

@@ -1,5 +1,7 @@
 /* Strided copy / accumulate: dst (contiguous, n elements) = or += src read through shape and
- * strides. The building block of gradient set-or-accumulate and of op_contiguous. */
+ * strides. The building block of gradient set-or-accumulate and of op_contiguous.
+ * Defined in core/ops/copy.c (the CPU kernels, beside the op's tape node: the reference the CUDA
+ * kernels are tested against) and kernels/copy.cu (the CUDA kernels). */
 #pragma once
 #include <stdint.h>
 

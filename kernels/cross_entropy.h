@@ -4,7 +4,9 @@
  * Forward returns -1, or the first row whose target is >= V (*bad_target receives it).
  * Backward: dlogits[r, v] = (softmax[r, v] - [v == t_r]) * dloss / count for counted rows and 0
  * for ignored rows (set, or added with `accumulate`). Row sums and the final sum run in a fixed
- * order: deterministic. */
+ * order: deterministic.
+ * Defined in core/ops/cross_entropy.c (the CPU kernels, beside the op's tape node: the reference the CUDA
+ * kernels are tested against) and kernels/cross_entropy.cu (the CUDA kernels). */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

@@ -3,7 +3,9 @@
  * to zero and *bad_id receives the id): the caller turns that into a fatal error.
  * Backward: dweight[v, :] (+)= sum over positions p with ids[p] == v of dout[p, :], summed in
  * increasing p, so it is deterministic (no float atomics). Rows no id touches are zeroed when
- * not accumulating. */
+ * not accumulating.
+ * Defined in core/ops/embedding.c (the CPU kernels, beside the op's tape node: the reference the CUDA
+ * kernels are tested against) and kernels/embedding.cu (the CUDA kernels). */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

@@ -8,7 +8,9 @@
  *   floats of device scratch), summed afterwards in chunk order.
  * On the CPU dz / do and dw are separate calls; on CUDA one call makes all three (one pass over dy, o
  * and z when the rows allow). do / dz / dw may be NULL (not needed; partial is read only with dw); the
- * acc_* flags add instead of overwriting. */
+ * acc_* flags add instead of overwriting.
+ * Defined in core/ops/gated_rmsnorm.c (the CPU kernels, beside the op's tape node: the reference the CUDA
+ * kernels are tested against) and kernels/gated_rmsnorm.cu (the CUDA kernels). */
 #pragma once
 #include <stdint.h>
 

@@ -1,6 +1,8 @@
 /* L2 normalisation of rows of `group` contiguous elements: y = x * rstd, rstd = 1 / sqrt(sum(x^2) + eps).
  * Forward stores rstd per row (storage dtype on the CPU, float32 on CUDA).
- * Backward: dx = rstd * (dy - y * sum(dy * y)); `accumulate` adds into dx. */
+ * Backward: dx = rstd * (dy - y * sum(dy * y)); `accumulate` adds into dx.
+ * Defined in core/ops/l2norm.c (the CPU kernels, beside the op's tape node: the reference the CUDA
+ * kernels are tested against) and kernels/l2norm.cu (the CUDA kernels). */
 #pragma once
 #include <stdint.h>
 

@@ -12,7 +12,9 @@
  * output); that path reads f32 and ran at a third to a half of the bf16 rate on the H200 (`gdp bench
  * matmul`). MATMUL_BF16_F32_OUT takes bf16 A and B and writes (or accumulates into) an f32 C, at the
  * bf16 rate: the weight gradients under bf16 activations, and every GEMM of the f32-activation
- * operand copies (core/ops/matmul.c). */
+ * operand copies (core/ops/matmul.c).
+ * Defined in core/ops/matmul.c (the CPU kernels, beside the op's tape node: the reference the CUDA
+ * kernels are tested against) and kernels/matmul.cu (the CUDA kernels). */
 #pragma once
 #include <stdint.h>
 

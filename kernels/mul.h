@@ -1,6 +1,8 @@
 /* out = a * b with b broadcast: a is [outer, inner], b is [inner]; with `accumulate`, out += a * b
  * (the backward writes da = dout * b this way). Backward for b: db[j] = sum over outer of
- * dout[o, j] * a[o, j] (set, or added with `accumulate`), in a fixed order: deterministic. */
+ * dout[o, j] * a[o, j] (set, or added with `accumulate`), in a fixed order: deterministic.
+ * Defined in core/ops/mul.c (the CPU kernels, beside the op's tape node: the reference the CUDA
+ * kernels are tested against) and kernels/mul.cu (the CUDA kernels). */
 #pragma once
 #include <stdint.h>
 

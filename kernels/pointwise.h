@@ -1,7 +1,9 @@
 /* Elementwise activations y = f(x) over n contiguous elements (GDP_POINTWISE_OPS below).
  * An enum picks f; each op has its own OpDef in core/ops/pointwise.c.
  * Backward: dx = dy * f'(x), recomputed from x; `accumulate` adds into dx instead of overwriting.
- * softplus is the stable max(x, 0) + log1p(exp(-|x|)); sigmoid never overflows for large |x|. */
+ * softplus is the stable max(x, 0) + log1p(exp(-|x|)); sigmoid never overflows for large |x|.
+ * Defined in core/ops/pointwise.c (the CPU kernels, beside the ops' tape node: the reference the
+ * CUDA kernels are tested against) and kernels/pointwise.cu (the CUDA kernels). */
 #pragma once
 #include <stdint.h>
 
@@ -14,7 +16,8 @@ extern "C" {
 /* Every pointwise op, one line each: X(ENUM, name, lo, hi) gives PW_ENUM here, and op_<name>, its
  * OpDef op_<name>_def, its registry entry and a gradcheck case on inputs uniform in [lo, hi] in
  * core/ (where bf16 keeps about 3 significant digits of f and f'). A new line then needs only f
- * and f' in pointwise_cpu.c and pointwise.cu (their switches warn until it has them). */
+ * and f' in the switches of core/ops/pointwise.c and kernels/pointwise.cu (they warn until it has
+ * them). */
 #define GDP_POINTWISE_OPS(X)          \
     X(SILU, silu, -4, 4)              \
     X(SIGMOID, sigmoid, -4, 4)        \

@@ -7,7 +7,9 @@
  *   (chunks * C floats of device scratch), then the partials are summed in chunk order.
  * On the CPU dx and dw are separate calls; on CUDA one call makes both (one pass over dy and x when
  * the rows allow); dx or dw may be NULL (partial is read only with dw, which needs w).
- * `accumulate` (acc_x, acc_w) adds into dx / dw instead of overwriting. */
+ * `accumulate` (acc_x, acc_w) adds into dx / dw instead of overwriting.
+ * Defined in core/ops/rmsnorm.c (the CPU kernels, beside the op's tape node: the reference the CUDA
+ * kernels are tested against) and kernels/rmsnorm.cu (the CUDA kernels). */
 #pragma once
 #include <stdint.h>
 

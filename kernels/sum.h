@@ -1,7 +1,9 @@
 /* Full reductions for op_sum and op_mean: out[0] = scale * sum(x[0..n)) (scale 1 for a sum,
  * 1/n for a mean). Deterministic: the partition into blocks depends only on n and the partials
  * are added in a fixed order (no float atomics), so a run repeats bit for bit.
- * Backward: dx[i] = scale * dout[0] for every i (set, or added with `accumulate`). */
+ * Backward: dx[i] = scale * dout[0] for every i (set, or added with `accumulate`).
+ * Defined in core/ops/sum.c (the CPU kernels, beside the op's tape node: the reference the CUDA
+ * kernels are tested against) and kernels/sum.cu (the CUDA kernels). */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,8 @@
 /* y = silu(a) * b over n contiguous elements.
  * Backward: da = dy * b * silu'(a), db = dy * silu(a); either destination may be NULL (not needed);
- * acc_a / acc_b add into da / db instead of overwriting. */
+ * acc_a / acc_b add into da / db instead of overwriting.
+ * Defined in core/ops/swiglu.c (the CPU kernels, beside the op's tape node: the reference the CUDA
+ * kernels are tested against) and kernels/swiglu.cu (the CUDA kernels). */
 #pragma once
 #include <stdint.h>
 

@@ -1,10 +1,44 @@
-/* op_add: a + b with b broadcast over a's leading dims. The model of an op glue file:
- * check arguments, allocate outputs, dispatch to kernels/, and give backward and gradcheck.
+/* op_add: a + b with b broadcast over a's leading dims. The model of an op's node file: its CPU
+ * kernels, then the argument checks, the outputs, the dispatch to those kernels or to the CUDA ones
+ * (kernels/add.cu), the backward and the gradcheck case.
  * On CUDA, b may be bf16 of a's shape when a is f32 (a bf16 branch into the f32 residual stream):
  * the output is f32 and b's gradient is dout rounded to bf16. */
 #include "core/op_util.h"
 #include "kernels/add.h"
 #include "kernels/cast.h"
+
+/* ---- CPU kernels (f32, f64): the reference every CUDA kernel is tested against --------------- */
+
+#define DEFINE_ADD(T, SUF)                                                                              \
+    static void add_fwd_##SUF(T *out, const T *a, const T *b, int64_t outer, int64_t inner) {          \
+        for (int64_t o = 0; o < outer; o++)                                                             \
+            for (int64_t j = 0; j < inner; j++) out[o * inner + j] = a[o * inner + j] + b[j];           \
+    }                                                                                                   \
+    static void add_bwd_b_##SUF(T *db, const T *dout, int64_t outer, int64_t inner, int accumulate) {  \
+        for (int64_t j = 0; j < inner; j++) {                                                           \
+            T s = 0;                                                                                    \
+            for (int64_t o = 0; o < outer; o++) s += dout[o * inner + j];                               \
+            db[j] = accumulate ? db[j] + s : s;                                                         \
+        }                                                                                               \
+    }
+DEFINE_ADD(float, f32)
+DEFINE_ADD(double, f64)
+
+void add_forward_cpu(DType dt, void *out, const void *a, const void *b, int64_t outer, int64_t inner) {
+    if (dt == GDP_F64)
+        add_fwd_f64((double *)out, (const double *)a, (const double *)b, outer, inner);
+    else
+        add_fwd_f32((float *)out, (const float *)a, (const float *)b, outer, inner);
+}
+
+void add_backward_b_cpu(DType dt, void *db, const void *dout, int64_t outer, int64_t inner, int accumulate) {
+    if (dt == GDP_F64)
+        add_bwd_b_f64((double *)db, (const double *)dout, outer, inner, accumulate);
+    else
+        add_bwd_b_f32((float *)db, (const float *)dout, outer, inner, accumulate);
+}
+
+/* ---- the op: tape node, OpDef and public function -------------------------------------------- */
 
 static void add_forward(Ctx *ctx, Node *n) {
     Tensor *a = n->in[0], *b = n->in[1], *out = n->out[0];

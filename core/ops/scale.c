@@ -4,6 +4,27 @@
 #include "core/op_util.h"
 #include "kernels/scale.h"
 
+/* ---- CPU kernels (f32, f64): the reference every CUDA kernel is tested against --------------- */
+
+#define DEFINE_SCALE(T, SUF)                                                                      \
+    static void scale_##SUF(T *out, const T *a, T alpha, int64_t n, int accumulate) {             \
+        if (accumulate)                                                                           \
+            for (int64_t i = 0; i < n; i++) out[i] += alpha * a[i];                               \
+        else                                                                                      \
+            for (int64_t i = 0; i < n; i++) out[i] = alpha * a[i];                                \
+    }
+DEFINE_SCALE(float, f32)
+DEFINE_SCALE(double, f64)
+
+void scale_cpu(DType dt, void *out, const void *a, double alpha, int64_t n, int accumulate) {
+    if (dt == GDP_F64)
+        scale_f64((double *)out, (const double *)a, alpha, n, accumulate);
+    else
+        scale_f32((float *)out, (const float *)a, (float)alpha, n, accumulate);
+}
+
+/* ---- the op: tape node, OpDef and public function -------------------------------------------- */
+
 static void scale_run(Ctx *ctx, DType dt, void *out, const void *a, double alpha, int64_t n, int accumulate) {
     if (ctx->device == DEV_CPU)
         scale_cpu(dt, out, a, alpha, n, accumulate);
