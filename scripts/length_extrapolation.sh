@@ -14,6 +14,7 @@
 # env: DATA     a gdp prepare folder, shards or a text file (default: the GCIDE corpus,
 #               scripts/prepare_gcide.sh; a bigger corpus is better, see the doc)
 #      PRESET   the model preset (default small; tiny for a study on a CPU)
+#      SETS     more --set flags for every model, e.g. "--set hidden_size=128" to size a CPU study
 #      DEVICE   cuda (default) or cpu          STEPS  optimizer steps (default 4000)
 #      BATCH    sequences a step (default 32)  SEQ    training length (default 512)
 #      LR       peak learning rate (default 1e-3, cosine)   SEED  (default 1)
@@ -83,11 +84,11 @@ done_steps() {
     sed -n 's/^ckpt_0*\([0-9][0-9]*\)\.h5$/\1/p' "$1/latest" | grep . || echo 0
 }
 
-echo "length extrapolation: $preset, train $steps steps of $batch x $seq on $device (pieces of $piece), eval to" \
+echo "length extrapolation: $preset${SETS:+ ($SETS)}, train $steps steps of $batch x $seq on $device (pieces of $piece), eval to" \
      "$eval_seq, data $DATA, out $out"
 for name in $runs; do
     dir=$out/$name
-    sets=$(model_sets "$name")
+    sets="$(model_sets "$name") ${SETS:-}"
     cur=$(done_steps "$dir")
     while [ "$cur" -lt "$steps" ]; do
         next=$((cur + piece))
@@ -132,6 +133,6 @@ loss_at() { awk -F'\t' -v p="$2" 'NR > 1 && $1 <= p && p <= $2 { print ($3 == ""
     done
     echo
     echo "Each value is the mean loss (nats) of the $bucket-position bucket that holds the position (- where no" \
-         "target falls); $preset preset, $steps steps of $batch x $seq, seed $seed, $device, data $DATA."
+         "target falls); $preset preset${SETS:+ with $SETS}, $steps steps of $batch x $seq, seed $seed, $device, data $DATA."
 } >"$out/table.md"
 cat "$out/table.md"
