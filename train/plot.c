@@ -63,6 +63,13 @@ static void gp_quote(FILE *f, const char *s) {
     fputc('\'', f);
 }
 
+/* Curve i's colour, and from the eleventh curve on a dash pattern, so that no two curves look alike
+ * (gnuplot's own cycle repeats after eight). The same in the PNG and the SVG. */
+static const char *const curve_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                                           "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+enum { N_CURVE_COLORS = sizeof curve_colors / sizeof curve_colors[0] };
+static const char *const curve_svg_dashes[] = {"", "8,4", "2,3", "12,3,2,3"};
+
 static bool try_gnuplot(const PlotCurve *cu, int n, const char *png, const char *terminal, const PlotSpec *s) {
     unlink(png);
     FILE *gp = popen("gnuplot >/dev/null 2>&1", "w");
@@ -85,8 +92,9 @@ static bool try_gnuplot(const PlotCurve *cu, int n, const char *png, const char 
     fprintf(gp, "plot ");
     for (int i = 0; i < n; i++) {
         gp_quote(gp, cu[i].tsv);
-        fprintf(gp, " using %d:%d skip 1 with %s title ", s->xcol + 1, cu[i].ycol + 1,
-                cu[i].points ? "points pt 7 ps 1" : "lines lw 2");
+        fprintf(gp, " using %d:%d skip 1 with %s lc rgb \"%s\" dashtype %d title ", s->xcol + 1, cu[i].ycol + 1,
+                cu[i].points ? "points pt 7 ps 1" : "lines lw 2", curve_colors[i % N_CURVE_COLORS],
+                1 + (i / N_CURVE_COLORS) % 4);
         gp_quote(gp, cu[i].title);
         fprintf(gp, "%s", i + 1 < n ? ", " : "\n");
     }
@@ -113,8 +121,6 @@ static double nice_step(double range) {
 }
 
 static bool write_svg(const Curve *cv, const PlotCurve *cu, int n, const char *svg, const PlotSpec *s) {
-    static const char *colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
-                                   "#7f7f7f", "#bcbd22", "#17becf"};
     FILE *f = fopen(svg, "w");
     if (!f) return false;
     /* the legend goes below the plot, one row per curve */
@@ -160,7 +166,8 @@ static bool write_svg(const Curve *cv, const PlotCurve *cu, int n, const char *s
     svg_text(f, s->ylabel);
     fprintf(f, "</text>\n");
     for (int i = 0; i < n; i++) {
-        const char *col = colors[i % 10];
+        const char *col = curve_colors[i % N_CURVE_COLORS];
+        const char *dash = curve_svg_dashes[(i / N_CURVE_COLORS) % 4];
         const double ly = H - B + 62 + 18.0 * i;
         if (cu[i].points) {
             for (int j = 0; j < cv[i].n; j++)
@@ -168,10 +175,11 @@ static bool write_svg(const Curve *cv, const PlotCurve *cu, int n, const char *s
                         col);
             fprintf(f, "<circle cx=\"%.0f\" cy=\"%.0f\" r=\"4\" fill=\"%s\"/>", L + 35, ly, col);
         } else {
-            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
+            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" stroke-dasharray=\"%s\" points=\"",
+                    col, *dash ? dash : "none");
             for (int j = 0; j < cv[i].n; j++) fprintf(f, "%.1f,%.1f ", SX(cv[i].x[j]), SY(cv[i].y[j]));
-            fprintf(f, "\"/>\n<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"/>",
-                    L + 20, ly, L + 50, ly, col);
+            fprintf(f, "\"/>\n<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\" "
+                       "stroke-dasharray=\"%s\"/>", L + 20, ly, L + 50, ly, col, *dash ? dash : "none");
         }
         fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">", L + 56, ly + 4);
         svg_text(f, cu[i].title);
