@@ -157,20 +157,21 @@ void group_running_product(const Group *g, const int32_t *x, int T, int32_t *lab
 
 /* ---- batches --------------------------------------------------------------------------------------- */
 
-void task_gen_init(TaskGen *tg, const Group *g, int B, int T, uint64_t seed) {
+void task_gen_init(TaskGen *tg, const Group *g, int B, int T, bool bos, uint64_t seed) {
     GDP_CHECK(B > 0 && T > 0, "task_gen_init: batch %d and length %d must be positive", B, T);
-    tg->g = g, tg->B = B, tg->T = T, tg->seed = seed;
+    tg->g = g, tg->B = B, tg->T = T, tg->bos = bos, tg->seed = seed;
     rng_seed(&tg->rng, seed);
 }
 
 void task_gen_reset(TaskGen *tg) { rng_seed(&tg->rng, tg->seed); }
 
 void task_gen_next(TaskGen *tg, int32_t *inputs, int32_t *labels) {
-    const int T = tg->T;
+    const int T = tg->T, row = task_gen_row_len(tg), word = row - T;
     for (int b = 0; b < tg->B; b++) {
-        int32_t *x = inputs + (size_t)b * T;
-        for (int t = 0; t < T; t++) x[t] = (int32_t)rng_below(&tg->rng, (uint64_t)tg->g->order);
-        group_running_product(tg->g, x, T, labels + (size_t)b * T);
+        int32_t *x = inputs + (size_t)b * row, *y = labels + (size_t)b * row;
+        if (tg->bos) x[0] = tg->g->order, y[0] = TASK_NO_LABEL;
+        for (int t = 0; t < T; t++) x[word + t] = (int32_t)rng_below(&tg->rng, (uint64_t)tg->g->order);
+        group_running_product(tg->g, x + word, T, y + word);
     }
 }
 

@@ -14,7 +14,9 @@
  *     y_t = x_1 · x_2 · ... · x_t       (y_1 = x_1, y_t = y_{t-1} · x_t),
  * so the label is the permutation that applies x_1 first and x_t last. (The other convention is
  * the same task up to renaming: inverting every token and label maps one onto the other.) The
- * tokens are the element ids of the x_t, drawn i.i.d. uniformly; there is no BOS token.
+ * tokens are the element ids of the x_t, drawn i.i.d. uniformly. Optionally each word starts with a
+ * beginning-of-sequence token (id |G|, outside the group) that has no label, as the paper's
+ * tokenizer adds one.
  *
  * Metric (the paper's): "accuracy at length L" is the fraction of sequences whose first L
  * predictions are all correct. */
@@ -53,16 +55,23 @@ bool group_check(const Group *g, char *err, size_t len);
 /* labels[t] = x[0] · x[1] · ... · x[t] for t < T. */
 void group_running_product(const Group *g, const int32_t *x, int T, int32_t *labels);
 
-/* Seeded batches of words: B sequences of T ids each, row-major [B, T], and their labels. The same
- * seed gives the same batches on any machine. The state (rng) is all there is to resume. */
+/* The label of a position that has none (the BOS token): the loss and the metric skip it. */
+#define TASK_NO_LABEL (-1)
+
+/* Seeded batches of words: B rows of task_gen_row_len ids each, row-major, and their labels. A row
+ * is a word of T ids, after the BOS token (id |G|, label TASK_NO_LABEL) when bos is set; the words
+ * are the same with and without it. The same seed gives the same batches on any machine. The
+ * state (rng) is all there is to resume. */
 typedef struct TaskGen {
     const Group *g;
     int B, T;
+    bool bos;
     uint64_t seed;
     Rng rng;
 } TaskGen;
 
-void task_gen_init(TaskGen *tg, const Group *g, int B, int T, uint64_t seed);
+void task_gen_init(TaskGen *tg, const Group *g, int B, int T, bool bos, uint64_t seed);
+static inline int task_gen_row_len(const TaskGen *tg) { return tg->T + (tg->bos ? 1 : 0); }
 void task_gen_reset(TaskGen *tg); /* back to the first batch */
 void task_gen_next(TaskGen *tg, int32_t *inputs, int32_t *labels);
 

@@ -110,7 +110,7 @@ START_TEST(labels_are_running_products) {
     make(&g, "S4");
     TaskGen gen;
     const int B = 5, T = 40;
-    task_gen_init(&gen, &g, B, T, 7);
+    task_gen_init(&gen, &g, B, T, false, 7);
     int32_t in[5 * 40], lab[5 * 40];
     task_gen_next(&gen, in, lab);
     for (int b = 0; b < B; b++) {
@@ -133,12 +133,37 @@ START_TEST(labels_are_running_products) {
 }
 END_TEST
 
+/* With a BOS token each row is the token |G| with no label, then the same word and labels as without. */
+START_TEST(bos_rows_hold_the_same_words) {
+    Group g;
+    make(&g, "S3");
+    enum { B = 4, T = 20 };
+    TaskGen plain, bos;
+    task_gen_init(&plain, &g, B, T, false, 9), task_gen_init(&bos, &g, B, T, true, 9);
+    ck_assert_int_eq(task_gen_row_len(&plain), T);
+    ck_assert_int_eq(task_gen_row_len(&bos), T + 1);
+    int32_t ip[B * T], lp[B * T], ib[B * (T + 1)], lb[B * (T + 1)];
+    for (int batch = 0; batch < 2; batch++) { /* the second batch too: the BOS draws no random number */
+        task_gen_next(&plain, ip, lp);
+        task_gen_next(&bos, ib, lb);
+        for (int b = 0; b < B; b++) {
+            ck_assert_int_eq(ib[b * (T + 1)], g.order);
+            ck_assert_int_eq(lb[b * (T + 1)], TASK_NO_LABEL);
+            ck_assert(!memcmp(ib + b * (T + 1) + 1, ip + b * T, T * sizeof(int32_t)));
+            ck_assert(!memcmp(lb + b * (T + 1) + 1, lp + b * T, T * sizeof(int32_t)));
+        }
+    }
+    group_free(&g);
+}
+END_TEST
+
 START_TEST(generation_is_deterministic) {
     Group g;
     make(&g, "A5");
     enum { B = 8, T = 64, N = B * T };
     TaskGen a, b, c;
-    task_gen_init(&a, &g, B, T, 42), task_gen_init(&b, &g, B, T, 42), task_gen_init(&c, &g, B, T, 43);
+    task_gen_init(&a, &g, B, T, false, 42), task_gen_init(&b, &g, B, T, false, 42);
+    task_gen_init(&c, &g, B, T, false, 43);
     static int32_t ia[N], la[N], ib[N], lb[N], ic[N], lc[N], first[N];
     task_gen_next(&a, ia, la);
     memcpy(first, ia, sizeof ia);
@@ -325,6 +350,27 @@ START_TEST(parity_is_not_learnt_with_positive_eigenvalues) {
 }
 END_TEST
 
+/* With a BOS token the model reads one more position, which has no label: parity is still learnt
+ * and the metric counts the words' positions only (counting the BOS would make every word wrong). */
+START_TEST(parity_is_learnt_after_a_bos_token) {
+    make_tmp();
+    char out[300], path[400];
+    snprintf(out, sizeof out, "%s/bos", tmp_dir);
+    TasksOptions o = tiny_parity(out, true);
+    o.bos = true;
+    TasksResult r;
+    tasks_run(&o, &r);
+    printf("parity after a BOS, beta in (0,2): loss %.4f, acc@128 %.3f, per-position %.3f, L90 %d\n", r.last_loss,
+           r.acc_train_len, r.token_acc, r.len_90);
+    ck_assert_msg(r.acc_train_len >= 0.9, "accuracy at length 128 is %.3f: parity was not learnt", r.acc_train_len);
+    ck_assert_str_eq(r.label, "Z2 householder n_h=1 beta(0,2) BOS");
+    double acc[192];
+    snprintf(path, sizeof path, "%s/accuracy.tsv", out);
+    ck_assert_int_eq(count_rows(path, acc, 192), 192); /* the words' 192 positions, not 193 */
+    remove_tmp();
+}
+END_TEST
+
 /* Split mode with the frozen mask through the whole pipeline, evaluation included. */
 START_TEST(split_identity_mask_pipeline) {
     make_tmp();
@@ -353,10 +399,12 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, unknown_groups_are_refused);
     tcase_add_test(tc, labels_are_running_products);
     tcase_add_test(tc, generation_is_deterministic);
+    tcase_add_test(tc, bos_rows_hold_the_same_words);
     tcase_add_test(tc, metric_hand_case);
     tcase_add_test(tc, frozen_identity_mask);
     tcase_add_test(tc, parity_is_learnt_with_negative_eigenvalues);
     tcase_add_test(tc, parity_is_not_learnt_with_positive_eigenvalues);
+    tcase_add_test(tc, parity_is_learnt_after_a_bos_token);
     tcase_add_test(tc, split_identity_mask_pipeline);
     suite_add_tcase(s, tc);
     return s;

@@ -35,6 +35,7 @@ TasksOptions tasks_default_options(void) {
     o.test_seqs = 2048;
     o.test_seed = TASKS_TEST_SEED;
     o.device = "cpu";
+    o.autocast = "off";
     o.steps = 2000;
     o.batch = 256;
     /* the paper's AdamW: lr 1e-3, betas (0.9, 0.999), weight decay 1e-6, cosine to 0, no clipping */
@@ -50,11 +51,14 @@ TasksOptions tasks_default_options(void) {
 }
 
 static void describe(const TasksOptions *o, const char *group, char *buf, size_t len) {
+    int n;
     if (o->mode == GDP_MODE_SPLIT)
-        snprintf(buf, len, "%s split r=%d %s mask beta(0,%d)", group, o->n_h, o->mask_learned ? "learned" : "identity",
-                 o->neg_eigval ? 2 : 1);
+        n = snprintf(buf, len, "%s split r=%d %s mask beta(0,%d)", group, o->n_h,
+                     o->mask_learned ? "learned" : "identity", o->neg_eigval ? 2 : 1);
     else
-        snprintf(buf, len, "%s householder n_h=%d beta(0,%d)", group, o->n_h, o->neg_eigval ? 2 : 1);
+        n = snprintf(buf, len, "%s householder n_h=%d beta(0,%d)", group, o->n_h, o->neg_eigval ? 2 : 1);
+    if (n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, "%s%s", o->bos ? " BOS" : "", strcmp(o->autocast, "off") ? " bf16" : "");
 }
 
 /* ---- the batch source ---------------------------------------------------------------------------- */
@@ -77,10 +81,10 @@ static TrainData gen_data(TaskGen *g) { return (TrainData){g, gen_next, gen_rese
 
 /* ---- evaluation ---------------------------------------------------------------------------------- */
 
-/* Loads ckpt on a fresh context sized for B x T forward passes (no gradients) and adds n_seqs test
- * words of length T (TaskGen seeded with `seed`) to met. */
-static void evaluate_checkpoint(const char *ckpt, Device dev, const Group *g, int n_seqs, int T, int B, uint64_t seed,
-                                TaskMetric *met) {
+/* Loads ckpt on a fresh context sized for B rows of T positions (after a BOS token when bos) and
+ * adds n_seqs test words of length T (TaskGen seeded with `seed`) to met. */
+static void evaluate_checkpoint(const char *ckpt, Device dev, const Group *g, bool bos, int n_seqs, int T, int B,
+                                uint64_t seed, TaskMetric *met) {
     char err[1024];
     char *text = checkpoint_read_config(ckpt);
     ModelConfig cfg = model_config_default();
@@ -90,7 +94,13 @@ static void evaluate_checkpoint(const char *ckpt, Device dev, const Group *g, in
     GDP_CHECK(cfg.num_labels == g->order,
               "checkpoint '%s' has %d labels, group %s has %d elements: it was trained on another task", ckpt,
               cfg.num_labels, g->name, g->order);
-    MemorySpec spec = memory_spec_default(dev, B, T);
+    GDP_CHECK(cfg.vocab_size == g->order + (bos ? 1 : 0),
+              "checkpoint '%s' has a vocabulary of %d, the task with%s a BOS token needs %d: it was trained %s --bos",
+              ckpt, cfg.vocab_size, bos ? "" : "out", g->order + (bos ? 1 : 0), bos ? "without" : "with");
+    TaskGen gen;
+    task_gen_init(&gen, g, B, T, bos, seed);
+    const int row = task_gen_row_len(&gen), skip = row - T; /* the BOS position has no label */
+    MemorySpec spec = memory_spec_default(dev, B, row);
     spec.train = false; /* forward passes only */
     ParamStore ps;
     Model m;
@@ -99,19 +109,17 @@ static void evaluate_checkpoint(const char *ckpt, Device dev, const Group *g, in
     ctx->grad_enabled = false;
     checkpoint_load(ckpt, &ps, NULL, NULL);
 
-    TaskGen gen;
-    task_gen_init(&gen, g, B, T, seed);
-    const size_t BT = (size_t)B * T, C = (size_t)g->order;
+    const size_t BT = (size_t)B * row, C = (size_t)g->order;
     int32_t *in = (int32_t *)xmalloc(BT * sizeof(int32_t));
     int32_t *lab = (int32_t *)xmalloc(BT * sizeof(int32_t));
     int32_t *pred = (int32_t *)xmalloc(BT * sizeof(int32_t));
     float *logits = (float *)xmalloc(BT * C * sizeof(float));
     for (int done = 0; done < n_seqs; done += B) {
         task_gen_next(&gen, in, lab);
-        Tensor *ids = tensor_from_host(ctx, LIFE_ACT, GDP_I32, SHAPE(B, T), in);
+        Tensor *ids = tensor_from_host(ctx, LIFE_ACT, GDP_I32, SHAPE(B, row), in);
         Tensor *out = model_forward(&m, ids);
         GDP_CHECK((size_t)out->numel == BT * C, "internal: the logits have %lld elements, expected [%d, %d, %zu]",
-                  (long long)out->numel, B, T, C);
+                  (long long)out->numel, B, row, C);
         if (out->dtype == GDP_F32 && tensor_is_contiguous(out)) {
             tensor_to_host(out, logits);
         } else { /* any other dtype or layout: through doubles */
@@ -127,6 +135,11 @@ static void evaluate_checkpoint(const char *ckpt, Device dev, const Group *g, in
                 if (l[c] > l[best]) best = c;
             pred[r] = (int32_t)best;
         }
+        if (skip) /* the words' positions only, [B, T] */
+            for (int b = 0; b < B; b++) {
+                memmove(pred + (size_t)b * T, pred + (size_t)b * row + skip, (size_t)T * sizeof(int32_t));
+                memmove(lab + (size_t)b * T, lab + (size_t)b * row + skip, (size_t)T * sizeof(int32_t));
+            }
         task_metric_add(met, pred, lab, GDP_MIN(B, n_seqs - done));
         ctx_step_reset(ctx);
     }
@@ -180,7 +193,7 @@ static bool tasks_config(const TasksOptions *o, const Group *g, TaskSets *sets, 
     KV("use_forget_gate=false");
     KV("intermediate_size=0");
     KV("hidden_ratio=4");
-    KV("vocab_size=%d", g->order);
+    KV("vocab_size=%d", g->order + (o->bos ? 1 : 0));
     KV("num_labels=%d", g->order);
     KV("tie_word_embeddings=false");
 #undef KV
@@ -223,16 +236,16 @@ int tasks_run(const TasksOptions *o, TasksResult *res) {
 
     /* 2. Data: fresh seeded words for training, a fixed set for the validation loss. */
     TaskGen train_gen, val_gen;
-    task_gen_init(&train_gen, &g, o->batch, o->train_len, o->seed * 0x9E3779B97F4A7C15ull + 1);
-    task_gen_init(&val_gen, &g, o->batch, o->train_len, o->test_seed + 1);
+    task_gen_init(&train_gen, &g, o->batch, o->train_len, o->bos, o->seed * 0x9E3779B97F4A7C15ull + 1);
+    task_gen_init(&val_gen, &g, o->batch, o->train_len, o->bos, o->test_seed + 1);
     TrainData td = gen_data(&train_gen), vd = gen_data(&val_gen);
 
     /* 3. Training: train_run, in segments of eval_every steps when accuracy checks are wanted. */
     to.train_data = &td, to.val_data = &vd;
     to.device = o->device;
-    to.autocast = "off"; /* f32 as the paper-sized grid was run; a 1-layer 128-wide model gains little */
+    to.autocast = o->autocast;
     to.steps = o->steps;
-    to.batch = o->batch, to.seq = o->train_len, to.grad_accum = 1;
+    to.batch = o->batch, to.seq = task_gen_row_len(&train_gen), to.grad_accum = 1;
     to.lr = o->lr, to.final_lr_frac = o->final_lr_frac, to.warmup = o->warmup;
     to.schedule = LR_COSINE;
     to.clip = o->clip, to.weight_decay = o->weight_decay, to.beta1 = o->beta1, to.beta2 = o->beta2;
@@ -273,7 +286,7 @@ int tasks_run(const TasksOptions *o, TasksResult *res) {
         if (!prog) break;
         TaskMetric m;
         task_metric_init(&m, o->train_len);
-        evaluate_checkpoint(tr.checkpoint, dev, &g, o->eval_seqs, o->train_len, GDP_MIN(eval_B, o->eval_seqs),
+        evaluate_checkpoint(tr.checkpoint, dev, &g, o->bos, o->eval_seqs, o->train_len, GDP_MIN(eval_B, o->eval_seqs),
                             o->test_seed + 2, &m);
         double acc = task_metric_prefix_acc(&m, o->train_len), tok = 0;
         for (int t = 0; t < o->train_len; t++) tok += task_metric_position_acc(&m, t) / o->train_len;
@@ -299,8 +312,8 @@ int tasks_run(const TasksOptions *o, TasksResult *res) {
     /* 4. The test curve on the fixed test set of long words. */
     TaskMetric m;
     task_metric_init(&m, o->test_len);
-    evaluate_checkpoint(tr.checkpoint, dev, &g, o->test_seqs, o->test_len, GDP_MIN(eval_B, o->test_seqs), o->test_seed,
-                        &m);
+    evaluate_checkpoint(tr.checkpoint, dev, &g, o->bos, o->test_seqs, o->test_len, GDP_MIN(eval_B, o->test_seqs),
+                        o->test_seed, &m);
     r.acc_train_len = task_metric_prefix_acc(&m, o->train_len);
     r.acc_test_len = task_metric_prefix_acc(&m, o->test_len);
     for (int t = 0; t < o->test_len; t++) r.token_acc += task_metric_position_acc(&m, t) / o->test_len;
@@ -326,12 +339,14 @@ int tasks_run(const TasksOptions *o, TasksResult *res) {
     fprintf(f, "label\t%s\ngroup\t%s\nmode\t%s\nn_h\t%d\nneg_eigval\t%d\nmask\t%s\nsteps\t%lld\nbatch\t%d\n"
                "train_len\t%d\ntest_len\t%d\ntest_seqs\t%d\nseed\t%llu\nlast_loss\t%.6f\nacc_train_len\t%.6f\n"
                "acc_test_len\t%.6f\ntoken_acc\t%.6f\nlen_90\t%d\nlen_50\t%d\nseconds\t%.1f\ndevice\t%s\n"
-               "steps_max\t%lld\nlr\t%g\neval_every\t%lld\nearly_stop\t%g\nmodel\t%d layer(s), hidden %d, %d heads x %d\n",
+               "steps_max\t%lld\nlr\t%g\neval_every\t%lld\nearly_stop\t%g\nmodel\t%d layer(s), hidden %d, %d heads x %d\n"
+               "bos\t%d\nautocast\t%s\n",
             r.label, g.name, o->mode == GDP_MODE_SPLIT ? "split" : "householder", o->n_h, o->neg_eigval ? 1 : 0,
             o->mode == GDP_MODE_SPLIT ? (o->mask_learned ? "learned" : "identity") : "-", (long long)done, o->batch,
             o->train_len, o->test_len, o->test_seqs, (unsigned long long)o->seed, r.last_loss, r.acc_train_len,
             r.acc_test_len, r.token_acc, r.len_90, r.len_50, r.seconds, device_name(dev), (long long)o->steps, o->lr,
-            (long long)o->eval_every, o->early_stop, o->layers, o->hidden, o->heads, o->head_dim);
+            (long long)o->eval_every, o->early_stop, o->layers, o->hidden, o->heads, o->head_dim, o->bos ? 1 : 0,
+            o->autocast);
     fclose(f);
     printf("result: %s | steps %lld | loss %.4f | acc@%d %.4f | acc@%d %.4f | per-position %.4f | "
            "L(acc>=0.9) %d | L(acc>=0.5) %d | %.0f s%s%s\n",
@@ -344,6 +359,11 @@ int tasks_run(const TasksOptions *o, TasksResult *res) {
 
 bool tasks_check_config(const TasksOptions *o, char *err, size_t len) {
     char why[1024];
+    if (strcmp(o->autocast, "off") && !strcmp(o->device, "cpu")) {
+        snprintf(err, len, "--autocast %s needs --device cuda (the cpu runs f32); drop it or use --autocast off",
+                 o->autocast);
+        return false;
+    }
     Group g;
     if (!group_make(&g, o->group, why, sizeof why)) {
         snprintf(err, len, "--group: %s", why);

@@ -27,9 +27,11 @@ typedef struct TasksOptions {
     /* data */
     int train_len, test_len;
     int test_seqs;            /* test sequences of test_len */
+    bool bos;                 /* each word after a BOS token (id |G|, no label), as the paper's tokenizer */
     uint64_t test_seed;       /* the test set (the same for every run by default) */
     /* training */
     const char *device;
+    const char *autocast;     /* "off" (default: f32) or "bf16" (the paper's precision), as gdp train's */
     int64_t steps;
     int batch;
     double lr, final_lr_frac, weight_decay, clip, beta1, beta2;

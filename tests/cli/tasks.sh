@@ -21,6 +21,8 @@ expect_exit 2 "divide evenly" "split r must divide head_dim" "$GDP" tasks --mode
 expect_exit 2 "shorter than" "--test-len below --train-len" "$GDP" tasks --train-len 64 --test-len 32 --out "$TMP/x"
 expect_exit 2 "needs --eval-every" "--early-stop alone" "$GDP" tasks --early-stop 0.9 --out "$TMP/x"
 expect_exit 2 "unknown model config key" "bad --set" "$GDP" tasks --set hiden_size=3 --out "$TMP/x"
+expect_exit 2 "use off or bf16" "bad --autocast" "$GDP" tasks --autocast fp16 --out "$TMP/x"
+expect_exit 2 "needs --device cuda" "--autocast bf16 on the cpu" "$GDP" tasks --autocast bf16 --device cpu --out "$TMP/x"
 
 # ---- a short run of a tiny model
 TINY="--hidden 32 --heads 2 --head-dim 16 --set intermediate_size=64"
@@ -39,6 +41,12 @@ grep -q "^acc_test_len	" "$R/result.txt" && grep -q "^steps	6" "$R/result.txt" &
 # shellcheck disable=SC2086
 expect_exit 0 "result: S3 split r=2 learned mask" "tasks S3 split" "$GDP" tasks --group S3 --mode split --n-h 2 $TINY \
     --train-len 8 --test-len 12 --test-seqs 4 --steps 2 --batch 2 --out "$TMP/run2"
+# shellcheck disable=SC2086
+expect_exit 0 "result: S3 householder n_h=2 beta(0,2) BOS" "tasks S3 after a BOS token" "$GDP" tasks --group S3 $TINY \
+    --bos --train-len 8 --test-len 12 --test-seqs 4 --steps 2 --batch 2 --out "$TMP/run3"
+[ "$(wc -l <"$TMP/run3/accuracy.tsv")" -eq 13 ] && grep -q "vocab_size = 7" "$TMP/run3/config.txt" &&
+    grep -q "^bos	1" "$TMP/run3/result.txt" && ok "BOS: 12 word positions, vocabulary |G| + 1, bos in result.txt" ||
+    bad "BOS run: $(wc -l <"$TMP/run3/accuracy.tsv") lines; $(grep vocab "$TMP/run3/config.txt")"
 expect_exit 0 "plot:" "tasks --plot" "$GDP" tasks --plot "$TMP/both" "$R" "$TMP/run2"
 { [ -s "$TMP/both.png" ] || [ -s "$TMP/both.svg" ]; } && ok "combined plot" || bad "no combined plot"
 expect_exit 1 "cannot read" "tasks --plot of a folder without a run" "$GDP" tasks --plot "$TMP/none" "$TMP/missing"

@@ -30,6 +30,7 @@ static const CliOpt tasks_opts[] = {
     {"test-len", 'L', "N", "test word length: accuracy is reported for every L up to it (default 512)"},
     {"test-seqs", 0, "N", "test words (default 2048)"},
     {"test-seed", 0, "N", "seed of the test words (default fixed, the same for every run)"},
+    {"bos", 0, NULL, "start every word with a BOS token (id |G|, no label), as the paper's tokenizer does"},
     {"steps", 'x', "N", "optimizer steps (default 2000)"},
     {"batch", 'b', "B", "words per step (default 256; the paper used 2048)"},
     {"lr", 'l', "LR", "peak learning rate, cosine to --final-lr-frac (default 1e-3)"},
@@ -39,6 +40,7 @@ static const CliOpt tasks_opts[] = {
     {"clip", 0, "NORM", "clip the gradient norm (default 0 = off, as the paper)"},
     {"beta2", 0, "B2", "AdamW beta2 (default 0.999, as the paper)"},
     {"device", 'd', "DEV", "cpu (default), cuda or auto"},
+    {"autocast", 0, "MODE", "off (default: f32) or bf16 (the paper's precision; CUDA), as gdp train's"},
     {"eval-every", 'v', "N", "check accuracy at --train-len every N steps (progress.tsv; default 0 = off)"},
     {"eval-seqs", 0, "N", "words per such check (default 256)"},
     {"early-stop", 0, "ACC", "stop once a check reaches this accuracy, e.g. 0.99 as the paper (default off)"},
@@ -110,6 +112,11 @@ static void on_tasks_opt(const CliOpt *opt, const char *v, void *user) {
     else if (!strcmp(n, "clip")) o->clip = cli_double(n, v, 0, 1e9);
     else if (!strcmp(n, "beta2")) o->beta2 = cli_double(n, v, 0, 0.999999999);
     else if (!strcmp(n, "device")) o->device = cli_device(&tasks_cmd, v);
+    else if (!strcmp(n, "bos")) o->bos = true;
+    else if (!strcmp(n, "autocast")) {
+        if (strcmp(v, "off") && strcmp(v, "bf16")) cli_usage_error(&tasks_cmd, "--autocast '%s': use off or bf16", v);
+        o->autocast = v;
+    }
     else if (!strcmp(n, "eval-every")) o->eval_every = cli_int(n, v, 0, BIG);
     else if (!strcmp(n, "eval-seqs")) o->eval_seqs = (int)cli_int(n, v, 1, 1 << 24);
     else if (!strcmp(n, "early-stop")) o->early_stop = cli_double(n, v, 0, 1);
