@@ -157,7 +157,7 @@ if [ $TABLE_ONLY -eq 0 ]; then
             fi
             rm -rf "${dir:?}"
             mkdir -p "$dir"
-            echo "== ${dir#"$OUT"/}: gdp tasks ${FLAGS[$name]} --seed $seed (log: $dir.log)"
+            echo "== ${dir#"$OUT"/}: gdp tasks ${FLAGS[$name]} --seed $seed${EXTRA[*]+ ${EXTRA[*]}} (log: $dir.log)"
             if [ "$JOBS" -le 1 ]; then
                 run_one "$name" "$seed" || failed+=("${dir#"$OUT"/}")
                 grep '^result:' "$dir.log" || tail -5 "$dir.log"
